@@ -1,0 +1,1 @@
+//! Strict `.env` parsing (stub, replaced by the config work).

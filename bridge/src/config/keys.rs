@@ -1,0 +1,1 @@
+//! The catalog of `.env` keys (stub, replaced by the config work).

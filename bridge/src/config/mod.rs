@@ -1,0 +1,269 @@
+//! The bridge's configuration: one typed value, read once at startup and passed down.
+//!
+//! Two sources produce the same [`BridgeConfig`]: the operator's `.env` (strictly parsed and
+//! validated by [`env`]) and the private JSON file that `agent-bridge config render` writes
+//! from it ([`load_json`]). Nothing else in the bridge reads environment variables or files
+//! for settings.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub mod dotenv;
+pub mod env;
+pub mod keys;
+pub mod render;
+
+/// Every setting the bridge runs with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeConfig {
+    /// Where the bridge listens (`<SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR>/bridge.sock`).
+    pub socket_path: PathBuf,
+    /// SQLite store, result spool, instance lock (`SERVERFS_AGENT_BRIDGE_STATE_DIR`).
+    pub state_dir: PathBuf,
+    /// Writer-lease lock files, one per workdir (`SERVERFS_AGENT_LOCK_HOST_DIR`).
+    pub lock_dir: PathBuf,
+    /// The uid allowed to connect to the socket; `None` means the bridge's own uid.
+    pub allowed_peer_uid: Option<u32>,
+    /// The gid allowed to connect to the socket; `None` means the bridge's own gid.
+    pub allowed_peer_gid: Option<u32>,
+    /// Let the bridge run as uid 0 (`SERVERFS_AGENT_ALLOW_ROOT`); off by default.
+    pub allow_root: bool,
+    /// Offer the scripted `fake` runtime (`SERVERFS_AGENT_ENABLE_FAKE_RUNTIME`).
+    pub enable_fake_runtime: bool,
+    /// Lifecycle limits, frozen into every task's manifest.
+    pub limits: Limits,
+    /// How MCP callers are authenticated.
+    pub mcp_auth: McpAuth,
+    /// The Codex CLI.
+    pub codex: RuntimeBinary,
+    /// The Claude Code CLI.
+    pub claude: RuntimeBinary,
+    /// The configured work directories, in slot order.
+    pub workdirs: Vec<Workdir>,
+}
+
+/// Lifecycle limits (seed 001 §4) and the result spool threshold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// `SERVERFS_AGENT_TASK_TIMEOUT_SECONDS` (7200): a task's whole lifetime.
+    pub task_timeout_seconds: u64,
+    /// `SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS` (1800): one unanswered approval/question.
+    pub interaction_timeout_seconds: u64,
+    /// `SERVERFS_AGENT_MAX_ACTIVE_TASKS` (4): non-terminal tasks at once, all callers together.
+    pub max_active_tasks: u32,
+    /// `SERVERFS_AGENT_TASK_RETENTION_HOURS` (168): how long a terminal task is kept.
+    pub retention_hours: u64,
+    /// `SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES` (262144): larger results are spooled.
+    pub result_spool_threshold_bytes: u64,
+    /// `SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS` (unset = off): longest provider silence,
+    /// not counting time spent waiting for a human.
+    pub event_idle_timeout_seconds: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            task_timeout_seconds: 7200,
+            interaction_timeout_seconds: 1800,
+            max_active_tasks: 4,
+            retention_hours: 168,
+            result_spool_threshold_bytes: 262_144,
+            event_idle_timeout_seconds: None,
+        }
+    }
+}
+
+/// The largest result the bridge keeps (spooled); a larger one fails the task.
+pub const MAX_SPOOLED_RESULT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How callers on the `mcp` surface are identified.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpAuth {
+    /// `SERVERFS_MCP_AUTH`: `bearer` (API keys, the default) or `none` (tunnel mode).
+    pub mode: McpAuthMode,
+    /// `SERVERFS_MCP_TUNNEL_PRINCIPAL`: the principal every caller becomes in tunnel mode.
+    pub tunnel_principal: String,
+    /// `SERVERFS_MCP_TUNNEL_ROLE`: that principal's role.
+    pub tunnel_role: Role,
+}
+
+impl Default for McpAuth {
+    fn default() -> McpAuth {
+        McpAuth {
+            mode: McpAuthMode::Bearer,
+            tunnel_principal: "tunnel".into(),
+            tunnel_role: Role::Operator,
+        }
+    }
+}
+
+/// See [`McpAuth::mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpAuthMode {
+    /// Every call needs `Authorization: Bearer <key>`.
+    Bearer,
+    /// Tunnel mode: no credential; every caller is the configured principal.
+    None,
+}
+
+/// Caller roles, ordered: `viewer < operator < admin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads tasks, events and results.
+    Viewer,
+    /// Also submits, answers, steers and cancels tasks.
+    Operator,
+    /// Also sees every principal's tasks and the audit log.
+    Admin,
+}
+
+impl Role {
+    /// The role's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// Parses a role name, case-insensitively.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s.to_ascii_lowercase().as_str() {
+            "viewer" => Some(Role::Viewer),
+            "operator" => Some(Role::Operator),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// Where a runtime's CLI lives and the home it keeps its sessions in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeBinary {
+    /// Absolute path of the executable (`SERVERFS_CODEX_BIN` / `SERVERFS_CLAUDE_BIN`).
+    pub bin: Option<PathBuf>,
+    /// The runtime's home (`SERVERFS_CODEX_HOME` / `SERVERFS_CLAUDE_CONFIG_DIR`), stable across
+    /// tasks so continuations resume.
+    pub home: Option<PathBuf>,
+}
+
+/// A workdir's agent mode (`WORKDIR_NN_AGENT_MODE`, default `SERVERFS_AGENT_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentMode {
+    /// No agent may run here.
+    Disabled,
+    /// Agents may run with the `review` profile only.
+    Review,
+    /// Agents may also run with the `workspace-write` profile.
+    WorkspaceWrite,
+}
+
+impl AgentMode {
+    /// The mode's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentMode::Disabled => "disabled",
+            AgentMode::Review => "review",
+            AgentMode::WorkspaceWrite => "workspace-write",
+        }
+    }
+}
+
+/// A runtime the bridge knows how to drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeName {
+    /// OpenAI Codex CLI (`codex app-server`).
+    Codex,
+    /// Claude Code (`claude -p` stream-json).
+    Claude,
+    /// The scripted test runtime.
+    Fake,
+}
+
+impl RuntimeName {
+    /// All runtimes, in name order.
+    pub const ALL: [RuntimeName; 3] = [RuntimeName::Claude, RuntimeName::Codex, RuntimeName::Fake];
+
+    /// The runtime's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeName::Codex => "codex",
+            RuntimeName::Claude => "claude",
+            RuntimeName::Fake => "fake",
+        }
+    }
+
+    /// Parses a runtime name (exact, lower case).
+    pub fn parse(s: &str) -> Option<RuntimeName> {
+        match s {
+            "codex" => Some(RuntimeName::Codex),
+            "claude" => Some(RuntimeName::Claude),
+            "fake" => Some(RuntimeName::Fake),
+            _ => None,
+        }
+    }
+}
+
+/// One configured work directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workdir {
+    /// The `NN` of `WORKDIR_NN_*` (1–99); names the lock file.
+    pub slot: u8,
+    /// The name callers use; never the host path.
+    pub alias: String,
+    /// The canonical absolute host path (never shown to callers).
+    pub path: PathBuf,
+    /// One line for callers.
+    pub description: String,
+    /// Whether the workdir is read-only (`WORKDIR_NN_READ_ONLY`, default true).
+    pub read_only: bool,
+    /// The effective agent mode.
+    pub agent_mode: AgentMode,
+    /// The runtimes allowed here (empty when the mode is `disabled`).
+    pub runtimes: Vec<RuntimeName>,
+}
+
+/// Why a JSON config file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a valid config.
+    #[error("the config file {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Loads a config rendered by `agent-bridge config render` and re-checks its rules.
+pub fn load_json(path: &Path) -> Result<BridgeConfig, LoadError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    let config: BridgeConfig = serde_json::from_str(&text)
+        .map_err(|e| LoadError::Invalid { path: path.to_owned(), message: e.to_string() })?;
+    env::check_rules(&config).map_err(|refusals| LoadError::Invalid {
+        path: path.to_owned(),
+        message: refusals.to_string(),
+    })?;
+    Ok(config)
+}

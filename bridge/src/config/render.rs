@@ -1,0 +1,1 @@
+//! Writing the private JSON config (stub, replaced by the config work).

@@ -1,0 +1,3 @@
+//! agent-bridge: the daemon that owns tasks, policy, audit and provider processes.
+
+pub mod config;
