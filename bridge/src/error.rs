@@ -1,0 +1,153 @@
+//! The error every capability returns: a stable `UPPER_SNAKE` code and a message for the
+//! caller. Messages never contain host paths, prompts or secrets.
+
+use crate::store::StoreError;
+
+/// Tool error codes (the ServerFS names where it had one).
+pub mod code {
+    pub use bridge_proto::codes::{INVALID_ARGUMENT, UNAUTHENTICATED, UNKNOWN_TOOL};
+    /// An unexpected internal failure (details are logged, not returned).
+    pub const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
+    /// Unknown workdir alias (or one outside the caller's allowlist).
+    pub const WORKDIR_NOT_FOUND: &str = "WORKDIR_NOT_FOUND";
+    /// The workdir's agent mode is disabled.
+    pub const AGENT_DISABLED: &str = "AGENT_DISABLED";
+    /// The runtime is not allowed on this workdir.
+    pub const AGENT_RUNTIME_NOT_ALLOWED: &str = "AGENT_RUNTIME_NOT_ALLOWED";
+    /// The profile exceeds the workdir's mode, or a continuation escalates it.
+    pub const AGENT_PROFILE_NOT_ALLOWED: &str = "AGENT_PROFILE_NOT_ALLOWED";
+    /// The runtime cannot start a task now.
+    pub const AGENT_RUNTIME_UNAVAILABLE: &str = "AGENT_RUNTIME_UNAVAILABLE";
+    /// The relative path is malformed or escapes the workdir.
+    pub const INVALID_WORKDIR_PATH: &str = "INVALID_WORKDIR_PATH";
+    /// The relative path does not exist.
+    pub const WORKDIR_PATH_NOT_FOUND: &str = "WORKDIR_PATH_NOT_FOUND";
+    /// Another writer holds the workdir.
+    pub const WORKDIR_BUSY: &str = "WORKDIR_BUSY";
+    /// A previous writer's stop is unproven; the workdir stays closed.
+    pub const WORKDIR_RECOVERY_REQUIRED: &str = "WORKDIR_RECOVERY_REQUIRED";
+    /// Unknown task, or one the caller does not own.
+    pub const AGENT_TASK_NOT_FOUND: &str = "AGENT_TASK_NOT_FOUND";
+    /// Too many active tasks.
+    pub const AGENT_TASK_LIMIT_REACHED: &str = "AGENT_TASK_LIMIT_REACHED";
+    /// The task is not running (steering).
+    pub const AGENT_TASK_NOT_ACTIVE: &str = "AGENT_TASK_NOT_ACTIVE";
+    /// The task is terminal (steering).
+    pub const AGENT_TASK_TERMINAL: &str = "AGENT_TASK_TERMINAL";
+    /// The task ran past its deadline.
+    pub const AGENT_TASK_TIMED_OUT: &str = "AGENT_TASK_TIMED_OUT";
+    /// The continuation source cannot be resumed.
+    pub const AGENT_SESSION_NOT_RESUMABLE: &str = "AGENT_SESSION_NOT_RESUMABLE";
+    /// The idempotency key was used with a different request.
+    pub const AGENT_IDEMPOTENCY_CONFLICT: &str = "AGENT_IDEMPOTENCY_CONFLICT";
+    /// The prompt is larger than 65536 bytes.
+    pub const AGENT_PROMPT_TOO_LARGE: &str = "AGENT_PROMPT_TOO_LARGE";
+    /// The steering message is larger than 65536 bytes.
+    pub const AGENT_MESSAGE_TOO_LARGE: &str = "AGENT_MESSAGE_TOO_LARGE";
+    /// An interaction went unanswered past its deadline.
+    pub const AGENT_INTERACTION_TIMED_OUT: &str = "AGENT_INTERACTION_TIMED_OUT";
+    /// The provider failed.
+    pub const AGENT_PROVIDER_ERROR: &str = "AGENT_PROVIDER_ERROR";
+    /// The provider's process ended without finishing its turn.
+    pub const AGENT_PROVIDER_DISCONNECTED: &str = "AGENT_PROVIDER_DISCONNECTED";
+    /// Reconciliation proved the provider stopped.
+    pub const AGENT_PROVIDER_INACTIVE: &str = "AGENT_PROVIDER_INACTIVE";
+    /// The result is larger than 8 MiB.
+    pub const AGENT_RESULT_TOO_LARGE: &str = "AGENT_RESULT_TOO_LARGE";
+    /// The result is inline (read it from the task) or its spool file is gone.
+    pub const AGENT_RESULT_NOT_RETRIEVABLE: &str = "AGENT_RESULT_NOT_RETRIEVABLE";
+    /// The spool file could not be written or read safely.
+    pub const AGENT_RESULT_STORAGE_ERROR: &str = "AGENT_RESULT_STORAGE_ERROR";
+    /// The offset is past the end or inside a character.
+    pub const INVALID_RESULT_OFFSET: &str = "INVALID_RESULT_OFFSET";
+    /// `max_bytes` cannot hold the next character.
+    pub const INVALID_RESULT_LIMIT: &str = "INVALID_RESULT_LIMIT";
+    /// Unknown request id on that task.
+    pub const REQUEST_NOT_FOUND: &str = "REQUEST_NOT_FOUND";
+    /// The request was already answered.
+    pub const REQUEST_ALREADY_RESOLVED: &str = "REQUEST_ALREADY_RESOLVED";
+    /// The request can no longer be answered.
+    pub const REQUEST_STALE: &str = "REQUEST_STALE";
+    /// The decision is not valid for this request.
+    pub const INVALID_APPROVAL_DECISION: &str = "INVALID_APPROVAL_DECISION";
+    /// The answers do not fit the question.
+    pub const INVALID_QUESTION_ANSWER: &str = "INVALID_QUESTION_ANSWER";
+    /// A granted permission was not requested.
+    pub const PERMISSION_OUTSIDE_POLICY: &str = "PERMISSION_OUTSIDE_POLICY";
+    /// The bridge was stopped while the task ran.
+    pub const BRIDGE_SHUTDOWN: &str = "BRIDGE_SHUTDOWN";
+    /// The bridge restarted while the task ran.
+    pub const BRIDGE_RESTARTED: &str = "BRIDGE_RESTARTED";
+    /// An API key name is taken.
+    pub const KEY_NAME_TAKEN: &str = "KEY_NAME_TAKEN";
+    /// No such API key.
+    pub const KEY_NOT_FOUND: &str = "KEY_NOT_FOUND";
+}
+
+/// A capability's failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ToolError {
+    /// Stable code.
+    pub code: &'static str,
+    /// Caller-facing explanation.
+    pub message: String,
+}
+
+impl ToolError {
+    /// Builds an error.
+    pub fn new(code: &'static str, message: impl Into<String>) -> ToolError {
+        ToolError { code, message: message.into() }
+    }
+
+    /// An `INVALID_ARGUMENT` naming the parameter.
+    pub fn invalid(param: &str, rule: impl std::fmt::Display) -> ToolError {
+        ToolError::new(code::INVALID_ARGUMENT, format!("parameter '{param}' {rule}"))
+    }
+
+    /// The answer for a task the caller may not see (identical to a missing one).
+    pub fn task_not_found() -> ToolError {
+        ToolError::new(code::AGENT_TASK_NOT_FOUND, "no such task")
+    }
+
+    /// An internal failure: logged in full, returned without detail.
+    pub fn internal(context: &str, err: impl std::fmt::Display) -> ToolError {
+        tracing::error!(cause = %err, "{context}");
+        ToolError::new(code::INTERNAL_ERROR, format!("{context}; see the bridge log"))
+    }
+}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> ToolError {
+        match e {
+            StoreError::TaskNotFound => ToolError::task_not_found(),
+            StoreError::TaskLimitReached { limit } => ToolError::new(
+                code::AGENT_TASK_LIMIT_REACHED,
+                format!("{limit} tasks are already active (SERVERFS_AGENT_MAX_ACTIVE_TASKS); wait for one to finish"),
+            ),
+            StoreError::IdempotencyConflict => ToolError::new(
+                code::AGENT_IDEMPOTENCY_CONFLICT,
+                "this idempotency_key was already used for a different request",
+            ),
+            StoreError::GuardPresent { .. } => ToolError::new(
+                code::WORKDIR_RECOVERY_REQUIRED,
+                "a previous writer's stop on this workdir is not proven; see `agent-bridge doctor`",
+            ),
+            StoreError::RequestNotFound => ToolError::new(code::REQUEST_NOT_FOUND, "no such request on this task"),
+            StoreError::RequestAlreadyResolved => {
+                ToolError::new(code::REQUEST_ALREADY_RESOLVED, "this request was already answered")
+            }
+            StoreError::RequestStale | StoreError::RequestPending => {
+                ToolError::new(code::REQUEST_STALE, "this request can no longer be answered")
+            }
+            StoreError::WrongKind { expected, actual } => {
+                let c = if expected == "approval" { code::INVALID_APPROVAL_DECISION } else { code::INVALID_QUESTION_ANSWER };
+                ToolError::new(c, format!("request is a {actual}, not a {expected}"))
+            }
+            StoreError::KeyNameTaken(name) => {
+                ToolError::new(code::KEY_NAME_TAKEN, format!("an API key named {name:?} already exists"))
+            }
+            other => ToolError::internal("store failure", other),
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Private files and directories: created owner-only, and existing ones checked, never
+//! chmod-ed (an operator's broader permissions are refused with a message instead).
+
+use std::fs::DirBuilder;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// Creates `dir` (and missing parents) with mode 0700 when missing; refuses an existing one
+/// that is a symlink, not a directory, not owned by this user, or open to group or others.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => check_private(dir, &meta, true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?;
+            let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?;
+            check_private(dir, &meta, true)
+        }
+        Err(e) => Err(format!("cannot inspect {}: {e}", dir.display())),
+    }
+}
+
+/// Checks that an existing file or directory is private to the bridge user.
+pub fn check_private(path: &Path, meta: &std::fs::Metadata, want_dir: bool) -> Result<(), String> {
+    let what = if want_dir { "directory" } else { "file" };
+    if meta.file_type().is_symlink() {
+        return Err(format!("{} is a symlink; the {what} must be real", path.display()));
+    }
+    if want_dir != meta.is_dir() {
+        return Err(format!("{} is not a {what}", path.display()));
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if meta.uid() != uid {
+        return Err(format!("{} is owned by uid {}, not by the bridge user (uid {uid})", path.display(), meta.uid()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        let want = if want_dir { "0700" } else { "0600" };
+        return Err(format!(
+            "{} has mode {mode:04o}; the bridge needs {want} and will not change it (chmod {want} it yourself)",
+            path.display()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! The `fake` runtime, bridge side: starts the scripted child (`agent-bridge fake-agent`) and
+//! translates its line protocol into provider events and commands.
+//!
+//! The child speaks newline-delimited JSON on stdio, like a real CLI: the bridge writes
+//! [`ToChild`] lines, the child writes [`FromChild`] lines.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use super::env::BaseEnv;
+use super::process::{SpawnSpec, spawn};
+use super::{ProviderCommand, ProviderEvent, RuntimeInfo, Session, StartError, StartSpec, TurnOutcome};
+use crate::config::RuntimeName;
+use bridge_proto::framing::{Line, read_line};
+
+/// The longest line the child may write (a result of up to 8 MiB plus JSON escaping).
+pub const MAX_CHILD_LINE: usize = 40 * 1024 * 1024;
+
+/// The environment variable naming the fake runtime's home (its session store).
+pub const HOME_VAR: &str = "AGENT_BRIDGE_FAKE_HOME";
+
+/// Bridge → child.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToChild {
+    /// Start the turn.
+    Start {
+        /// The script.
+        prompt: String,
+        /// A session to resume.
+        resume: Option<String>,
+        /// The task's profile.
+        profile: String,
+    },
+    /// A decision on an approval.
+    Decision {
+        /// The child's request id.
+        id: String,
+        /// The decision.
+        decision: String,
+    },
+    /// Answers to a question.
+    Answers {
+        /// The child's request id.
+        id: String,
+        /// The answers.
+        answers: Value,
+    },
+    /// Steering text.
+    Steer {
+        /// The text.
+        text: String,
+    },
+    /// Interrupt the turn.
+    Interrupt,
+}
+
+/// Child → bridge.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FromChild {
+    /// The session id.
+    Session {
+        /// The id.
+        id: String,
+    },
+    /// An event.
+    Event {
+        /// Dotted type.
+        event_type: String,
+        /// Payload.
+        payload: Value,
+    },
+    /// An approval request.
+    Approval {
+        /// The child's request id.
+        id: String,
+        /// Normalized approval payload.
+        payload: Value,
+    },
+    /// A question.
+    Question {
+        /// The child's request id.
+        id: String,
+        /// Normalized question payload.
+        payload: Value,
+    },
+    /// The child withdrew a request.
+    Withdrawn {
+        /// The child's request id.
+        id: String,
+    },
+    /// The turn completed.
+    Result {
+        /// The final response.
+        text: String,
+    },
+    /// The turn failed.
+    Failed {
+        /// Why.
+        message: String,
+    },
+    /// The turn was interrupted.
+    Interrupted,
+}
+
+/// The fake runtime.
+#[derive(Debug, Clone)]
+pub struct FakeRuntime {
+    program: PathBuf,
+    home: PathBuf,
+    base_env: BaseEnv,
+}
+
+impl FakeRuntime {
+    /// A fake runtime whose child is `program fake-agent`, keeping sessions under `home`.
+    pub fn new(program: PathBuf, home: PathBuf, base_env: BaseEnv) -> FakeRuntime {
+        FakeRuntime { program, home, base_env }
+    }
+
+    /// Always available when enabled.
+    pub fn info(&self) -> RuntimeInfo {
+        RuntimeInfo {
+            name: RuntimeName::Fake,
+            available: true,
+            version: Some(format!("fake/{}", env!("CARGO_PKG_VERSION"))),
+            detail: None,
+            live_steer: true,
+        }
+    }
+
+    /// Spawns the child and starts the turn.
+    pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
+        let fail = |message: String| StartError { code: "AGENT_PROVIDER_ERROR", message };
+        let mut env = self.base_env.for_child(&[]);
+        env.push((OsString::from(HOME_VAR), self.home.clone().into_os_string()));
+        let spawned = spawn(SpawnSpec {
+            program: self.program.clone(),
+            args: vec![OsString::from("fake-agent")],
+            cwd: spec.cwd.clone(),
+            env,
+            task_id: spec.task_id.clone(),
+        })
+        .map_err(|e| fail(format!("cannot start the fake runtime: {e}")))?;
+        let mut stdin = spawned.stdin;
+        let start = ToChild::Start {
+            prompt: spec.prompt,
+            resume: spec.resume_session,
+            profile: spec.profile.as_str().to_owned(),
+        };
+        let mut line = serde_json::to_vec(&start).map_err(|e| fail(e.to_string()))?;
+        line.push(b'\n');
+        stdin.write_all(&line).await.map_err(|e| fail(format!("cannot talk to the fake runtime: {e}")))?;
+
+        let (event_tx, events) = mpsc::channel(64);
+        let (commands, mut command_rx) = mpsc::channel::<ProviderCommand>(16);
+        let stderr_tail = Arc::new(Mutex::new(String::new()));
+
+        let reader = tokio::spawn(read_child(BufReader::new(spawned.stdout), event_tx));
+        let writer = tokio::spawn(async move {
+            while let Some(command) = command_rx.recv().await {
+                let msg = match command {
+                    ProviderCommand::Approval { native_id, decision, .. } => {
+                        ToChild::Decision { id: native_id, decision }
+                    }
+                    ProviderCommand::Answers { native_id, answers } => ToChild::Answers { id: native_id, answers },
+                    ProviderCommand::Steer(text) => ToChild::Steer { text },
+                    ProviderCommand::Interrupt => ToChild::Interrupt,
+                };
+                let Ok(mut line) = serde_json::to_vec(&msg) else { continue };
+                line.push(b'\n');
+                if stdin.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+            // Dropping stdin closes the child's input: the fake exits at EOF.
+        });
+        let tail = Arc::clone(&stderr_tail);
+        let mut stderr = spawned.stderr;
+        let drain = tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut t) = tail.lock() {
+                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    let excess = t.len().saturating_sub(8192);
+                    if excess > 0 {
+                        let cut = (excess..t.len()).find(|i| t.is_char_boundary(*i)).unwrap_or(t.len());
+                        t.drain(..cut);
+                    }
+                }
+            }
+        });
+        Ok(Session {
+            events,
+            commands,
+            process: spawned.process,
+            io_tasks: vec![reader, writer, drain],
+            stderr_tail,
+        })
+    }
+}
+
+async fn read_child<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, events: mpsc::Sender<ProviderEvent>) {
+    let mut buf = Vec::new();
+    loop {
+        let line = match read_line(&mut reader, &mut buf, MAX_CHILD_LINE).await {
+            Ok(Line::Complete) => &buf,
+            Ok(Line::TooLong) => {
+                let _ = events
+                    .send(ProviderEvent::Finished(TurnOutcome::Failed {
+                        code: "AGENT_PROVIDER_ERROR",
+                        message: "the provider wrote a line longer than the bridge accepts".into(),
+                    }))
+                    .await;
+                return;
+            }
+            Ok(Line::Eof | Line::Truncated) | Err(_) => return,
+        };
+        let event = match serde_json::from_slice::<FromChild>(line) {
+            Ok(FromChild::Session { id }) => ProviderEvent::Session(id),
+            Ok(FromChild::Event { event_type, payload }) => ProviderEvent::Event { event_type, payload },
+            Ok(FromChild::Approval { id, payload }) => ProviderEvent::Approval { native_id: id, payload },
+            Ok(FromChild::Question { id, payload }) => ProviderEvent::Question { native_id: id, payload },
+            Ok(FromChild::Withdrawn { id }) => ProviderEvent::Withdrawn { native_id: id },
+            Ok(FromChild::Result { text }) => ProviderEvent::Finished(TurnOutcome::Completed(text)),
+            Ok(FromChild::Failed { message }) => ProviderEvent::Finished(TurnOutcome::Failed {
+                code: "AGENT_PROVIDER_ERROR",
+                message,
+            }),
+            Ok(FromChild::Interrupted) => ProviderEvent::Finished(TurnOutcome::Interrupted),
+            Err(e) => ProviderEvent::Event {
+                event_type: "provider.warning".into(),
+                payload: json!({ "message": format!("unreadable line from the provider: {e}") }),
+            },
+        };
+        if events.send(event).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Providers: the agent runtimes the bridge drives, behind one interface.
+//!
+//! Only this module spawns processes (DESIGN §2 invariant 4). A provider turns a task into a
+//! [`Session`]: a child process in its own group, an ordered stream of normalized
+//! [`ProviderEvent`]s that ends when the child's output ends, a command channel for answers,
+//! steering and interrupts, and a bounded stop that returns a [`process::StopProof`].
+//! The set of runtimes is closed (`codex`, `claude`, `fake`), so dispatch is a `match`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::{BridgeConfig, RuntimeName};
+use crate::model::Profile;
+
+pub mod env;
+pub mod fake;
+pub mod fake_agent;
+pub mod process;
+
+use process::{ProofMaterial, StopProof, Supervised};
+
+/// A normalized event from a provider, in the order the provider produced it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderEvent {
+    /// The provider's native session id (private; used to continue the session).
+    Session(String),
+    /// Something the agent did (`agent.message`, `command.started`, …); recorded as an event.
+    Event {
+        /// Dotted event type.
+        event_type: String,
+        /// Normalized payload (host paths are redacted by the caller).
+        payload: Value,
+    },
+    /// The agent asks for approval; `payload` is the normalized approval.
+    Approval {
+        /// The provider's id for the request (private).
+        native_id: String,
+        /// Normalized approval payload.
+        payload: Value,
+    },
+    /// The agent asks a question; `payload` holds `questions[]`.
+    Question {
+        /// The provider's id for the request (private).
+        native_id: String,
+        /// Normalized question payload.
+        payload: Value,
+    },
+    /// The provider withdrew a pending request itself.
+    Withdrawn {
+        /// The provider's id for the request.
+        native_id: String,
+    },
+    /// The turn ended.
+    Finished(TurnOutcome),
+}
+
+/// How a turn ended, as the provider tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnOutcome {
+    /// Completed with a final response.
+    Completed(String),
+    /// Failed with a code and a message.
+    Failed {
+        /// Error code.
+        code: &'static str,
+        /// Provider's explanation.
+        message: String,
+    },
+    /// Stopped because we interrupted it (or it was cancelled by a decision).
+    Interrupted,
+}
+
+/// What the bridge tells a provider.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderCommand {
+    /// The caller's decision on an approval.
+    Approval {
+        /// The provider's request id.
+        native_id: String,
+        /// `approve_once`, `approve_session`, `deny` or `cancel_task`.
+        decision: String,
+        /// Permissions granted (a subset of the requested ones).
+        granted_permission_ids: Vec<String>,
+    },
+    /// The caller's answers to a question (`[{question_id, selected_option_ids, text?}]`).
+    Answers {
+        /// The provider's request id.
+        native_id: String,
+        /// The validated answers.
+        answers: Value,
+    },
+    /// Steering text for the running turn.
+    Steer(String),
+    /// Interrupt the running turn.
+    Interrupt,
+}
+
+/// What a provider needs to start a turn.
+#[derive(Debug, Clone)]
+pub struct StartSpec {
+    /// The bridge task id (also the process marker).
+    pub task_id: String,
+    /// The resolved host cwd.
+    pub cwd: PathBuf,
+    /// The task's profile.
+    pub profile: Profile,
+    /// The prompt.
+    pub prompt: String,
+    /// The requested model.
+    pub model: Option<String>,
+    /// A native session to resume (continuations).
+    pub resume_session: Option<String>,
+}
+
+/// Why a provider could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StartError {
+    /// Error code for the task.
+    pub code: &'static str,
+    /// Explanation.
+    pub message: String,
+}
+
+/// A runtime's availability and capabilities, as `list_agent_runtimes` reports them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeInfo {
+    /// Runtime name.
+    pub name: RuntimeName,
+    /// Whether a task can be started now.
+    pub available: bool,
+    /// Version string, when known.
+    pub version: Option<String>,
+    /// Why it is unavailable, when it is.
+    pub detail: Option<String>,
+    /// Whether steering a running turn is supported.
+    pub live_steer: bool,
+}
+
+impl RuntimeInfo {
+    /// The JSON view (capabilities included).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "name": self.name.as_str(),
+            "available": self.available,
+            "version": self.version,
+            "detail": self.detail,
+            "persistent_session": true,
+            "live_steer": self.live_steer,
+            "interactive_approval": true,
+            "interactive_question": true,
+            "in_flight_recovery": "none",
+            "model_override": false,
+            "model_discovery": "unsupported",
+        })
+    }
+}
+
+/// A running turn.
+pub struct Session {
+    events: mpsc::Receiver<ProviderEvent>,
+    commands: mpsc::Sender<ProviderCommand>,
+    process: Supervised,
+    io_tasks: Vec<JoinHandle<()>>,
+    stderr_tail: Arc<Mutex<String>>,
+}
+
+impl Session {
+    /// The next event; `None` once the provider's output has ended.
+    pub async fn next_event(&mut self) -> Option<ProviderEvent> {
+        self.events.recv().await
+    }
+
+    /// A sender for commands to the provider.
+    pub fn commands(&self) -> mpsc::Sender<ProviderCommand> {
+        self.commands.clone()
+    }
+
+    /// What the recovery guard must record to re-check this provider's stop later.
+    pub fn proof_material(&self) -> ProofMaterial {
+        self.process.proof_material()
+    }
+
+    /// The last lines the provider wrote to stderr (bounded).
+    pub fn stderr_tail(&self) -> String {
+        self.stderr_tail.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Stops the provider: closes its input, gives it `grace` to exit, then escalates
+    /// (see [`Supervised::stop`]); drains the I/O tasks; returns the proof.
+    pub async fn stop(self, grace: Duration) -> StopProof {
+        let Session { events, commands, process, io_tasks, .. } = self;
+        drop(commands);
+        drop(events);
+        let proof = process.stop(grace, Duration::from_secs(5)).await;
+        for task in io_tasks {
+            task.abort();
+            let _ = task.await;
+        }
+        proof
+    }
+}
+
+/// The configured runtimes.
+#[derive(Debug, Clone)]
+pub struct Providers {
+    fake: Option<fake::FakeRuntime>,
+    codex_bin: Option<PathBuf>,
+    claude_bin: Option<PathBuf>,
+}
+
+impl Providers {
+    /// Builds the runtimes from the config. `self_exe` is the bridge executable, which also
+    /// carries the fake runtime's child program.
+    pub fn new(config: &BridgeConfig, self_exe: PathBuf, base_env: env::BaseEnv) -> Providers {
+        let fake = config.enable_fake_runtime.then(|| {
+            fake::FakeRuntime::new(self_exe, config.state_dir.join("runtimes").join("fake"), base_env)
+        });
+        Providers { fake, codex_bin: config.codex.bin.clone(), claude_bin: config.claude.bin.clone() }
+    }
+
+    /// Probes a runtime.
+    pub async fn probe(&self, runtime: RuntimeName) -> RuntimeInfo {
+        let unavailable = |detail: &str, version: Option<String>| RuntimeInfo {
+            name: runtime,
+            available: false,
+            version,
+            detail: Some(detail.to_owned()),
+            live_steer: false,
+        };
+        match runtime {
+            RuntimeName::Fake => match &self.fake {
+                Some(fake) => fake.info(),
+                None => unavailable("the fake runtime is not enabled", None),
+            },
+            RuntimeName::Codex | RuntimeName::Claude => {
+                let bin = if runtime == RuntimeName::Codex { &self.codex_bin } else { &self.claude_bin };
+                match bin {
+                    None => unavailable("no executable is configured for this runtime", None),
+                    Some(_) => unavailable("this bridge build cannot drive this runtime yet", None),
+                }
+            }
+        }
+    }
+
+    /// Starts a turn.
+    pub async fn start(&self, runtime: RuntimeName, spec: StartSpec) -> Result<Session, StartError> {
+        match (runtime, &self.fake) {
+            (RuntimeName::Fake, Some(fake)) => fake.start(spec).await,
+            _ => Err(StartError {
+                code: "AGENT_RUNTIME_UNAVAILABLE",
+                message: format!("the {} runtime is not available", runtime.as_str()),
+            }),
+        }
+    }
+
+    /// The model catalog a runtime can tell without starting inference.
+    pub fn models(&self, runtime: RuntimeName) -> Value {
+        match (runtime, &self.fake) {
+            (RuntimeName::Fake, Some(_)) => json!({
+                "runtime": "fake",
+                "status": "ok",
+                "scope": "runtime_catalog",
+                "models": [{"id": "fake-scripted", "display_name": "Scripted fake model", "is_default": true}],
+            }),
+            _ => json!({
+                "runtime": runtime.as_str(),
+                "status": "unavailable",
+                "scope": "none",
+                "models": [],
+                "detail": "the runtime is not available in this bridge",
+            }),
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The one way the bridge starts a child process, and the stop ladder that proves it gone.
+//!
+//! Every provider child runs in its own process group, in the task's cwd, with a decided
+//! environment that carries the marker `AGENT_BRIDGE_TASK=<task_id>`. Descendants inherit the
+//! marker even when they leave the group (`setsid`), so a `/proc` sweep finds every process the
+//! task started. A stop is *proven* when the leader was reaped and no process carrying the
+//! marker remains.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+
+/// The environment variable that names a child's task.
+pub const MARKER_VAR: &str = "AGENT_BRIDGE_TASK";
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    /// Absolute program path.
+    pub program: PathBuf,
+    /// Arguments.
+    pub args: Vec<OsString>,
+    /// Working directory (the task's resolved cwd).
+    pub cwd: PathBuf,
+    /// The complete environment (nothing else is inherited); the marker is added.
+    pub env: Vec<(OsString, OsString)>,
+    /// The task id written into [`MARKER_VAR`].
+    pub task_id: String,
+}
+
+/// A started child and its pipes.
+pub struct Spawned {
+    /// The supervised leader.
+    pub process: Supervised,
+    /// Its stdin.
+    pub stdin: ChildStdin,
+    /// Its stdout.
+    pub stdout: ChildStdout,
+    /// Its stderr.
+    pub stderr: ChildStderr,
+}
+
+/// A running provider process group and what is needed to stop it with proof.
+#[derive(Debug)]
+pub struct Supervised {
+    child: Child,
+    pid: i32,
+    start_ticks: Option<u64>,
+    task_id: String,
+}
+
+/// What a later process needs to re-check a stop: the leader, its start time (so a recycled
+/// pid is never mistaken for it) and the marker value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProofMaterial {
+    /// The process group leader's pid (also the group id).
+    pub pid: i32,
+    /// The leader's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub start_ticks: Option<u64>,
+    /// The marker value (the task id).
+    pub marker: String,
+}
+
+/// How a stop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopProof {
+    /// The leader was waited for.
+    pub leader_reaped: bool,
+    /// Its exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if any.
+    pub signal: Option<i32>,
+    /// Processes found by the marker sweep and killed.
+    pub survivors_killed: usize,
+    /// Marker-carrying processes still present after the sweep.
+    pub remaining: Vec<i32>,
+}
+
+impl StopProof {
+    /// Whether the provider is proven stopped.
+    pub fn proven(&self) -> bool {
+        self.leader_reaped && self.remaining.is_empty()
+    }
+}
+
+/// Starts `spec` in a new process group with a decided environment.
+pub fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env(MARKER_VAR, &spec.task_id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    let pid = child.id().and_then(|p| i32::try_from(p).ok()).ok_or_else(|| {
+        std::io::Error::other("the child exited before its pid could be read")
+    })?;
+    let take = |what: &str| std::io::Error::other(format!("the child's {what} pipe is missing"));
+    let stdin = child.stdin.take().ok_or_else(|| take("stdin"))?;
+    let stdout = child.stdout.take().ok_or_else(|| take("stdout"))?;
+    let stderr = child.stderr.take().ok_or_else(|| take("stderr"))?;
+    Ok(Spawned {
+        process: Supervised { child, pid, start_ticks: start_ticks(pid), task_id: spec.task_id },
+        stdin,
+        stdout,
+        stderr,
+    })
+}
+
+impl Supervised {
+    /// The material to record in the recovery guard.
+    pub fn proof_material(&self) -> ProofMaterial {
+        ProofMaterial { pid: self.pid, start_ticks: self.start_ticks, marker: self.task_id.clone() }
+    }
+
+    /// Stops the process group: waits `grace` for a voluntary exit (the caller has closed
+    /// stdin), then SIGTERM to the group, then SIGKILL, then sweeps every process carrying the
+    /// marker; bounded by roughly `grace + term_wait + 2 s`.
+    pub async fn stop(mut self, grace: Duration, term_wait: Duration) -> StopProof {
+        let mut status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
+        if status.is_none() {
+            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGTERM);
+            status = tokio::time::timeout(term_wait, self.child.wait()).await.ok().and_then(Result::ok);
+        }
+        if status.is_none() {
+            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+            status = tokio::time::timeout(Duration::from_secs(1), self.child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok);
+        }
+        // The group may hold more than the leader; end it whatever the leader did.
+        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        let (survivors_killed, remaining) = sweep_marker(&self.task_id).await;
+        use std::os::unix::process::ExitStatusExt;
+        StopProof {
+            leader_reaped: status.is_some(),
+            exit_code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            survivors_killed,
+            remaining,
+        }
+    }
+
+    /// Waits for the leader to exit on its own (no signal).
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+}
+
+/// Kills every process carrying the marker for `task_id` (TERM, a short wait, then KILL) and
+/// returns how many were found and which remain.
+pub async fn sweep_marker(task_id: &str) -> (usize, Vec<i32>) {
+    let found = marker_pids(task_id);
+    if found.is_empty() {
+        return (0, Vec::new());
+    }
+    for pid in &found {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    let mut left = found.clone();
+    while !left.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = marker_pids(task_id);
+    }
+    for pid in &left {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let remaining = marker_pids(task_id);
+        if remaining.is_empty() || tokio::time::Instant::now() >= deadline {
+            return (found.len(), remaining);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Pids of live (non-zombie) processes whose environment carries `AGENT_BRIDGE_TASK=<task_id>`.
+///
+/// Processes of other users cannot be read and are skipped: a provider runs as the bridge
+/// user, and so does everything it starts.
+pub fn marker_pids(task_id: &str) -> Vec<i32> {
+    let needle = format!("{MARKER_VAR}={task_id}");
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let own = std::process::id() as i32;
+    let mut pids = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == own {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) && !is_zombie(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn is_zombie(pid: i32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state == "Z"))
+}
+
+/// `/proc/<pid>/stat` fields after the command name (field 3 onwards).
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The process's start time in clock ticks since boot, or `None` if it is gone.
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    // Field 22 overall is index 19 after the command name (fields 3.. start at index 0).
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// Whether the process recorded in `material` still runs (same pid *and* start time).
+pub fn leader_alive(material: &ProofMaterial) -> bool {
+    match (start_ticks(material.pid), material.start_ticks) {
+        (Some(now), Some(then)) => now == then && !is_zombie(material.pid),
+        (Some(_), None) => !is_zombie(material.pid),
+        (None, _) => false,
+    }
+}

@@ -1,0 +1,114 @@
+//! Audit rows: one per capability call, written in batches by the audit writer.
+
+use rusqlite::params;
+
+use super::{Store, StoreError};
+
+/// One audit row. It never holds prompts, answers, message text, host paths or keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRow {
+    /// Assigned by the store (0 before insertion).
+    pub audit_id: i64,
+    /// Unix ms.
+    pub at: i64,
+    /// `mcp`, `cli` or `board`.
+    pub surface: String,
+    /// The principal, when authenticated.
+    pub principal: Option<String>,
+    /// The principal's role.
+    pub role: Option<String>,
+    /// The capability name as called (even if it does not exist).
+    pub capability: String,
+    /// `read` or `write`, when the capability exists.
+    pub scope: Option<String>,
+    /// `ok`, `denied`, `invalid` or `error`.
+    pub outcome: String,
+    /// The error code, unless `ok`.
+    pub error_code: Option<String>,
+    /// How long the call took.
+    pub duration_us: i64,
+    /// The task the call concerned.
+    pub task_id: Option<String>,
+    /// The plan the call concerned.
+    pub plan_id: Option<String>,
+    /// The client's self-reported name.
+    pub client_name: Option<String>,
+}
+
+/// Filters for [`Store::read_audit`].
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    /// Only this principal.
+    pub principal: Option<String>,
+    /// Only this capability.
+    pub capability: Option<String>,
+    /// Only this outcome.
+    pub outcome: Option<String>,
+    /// Only this task.
+    pub task_id: Option<String>,
+}
+
+const COLUMNS: &str = "audit_id, at, surface, principal, role, capability, scope, outcome, error_code, \
+    duration_us, task_id, plan_id, client_name";
+
+impl Store {
+    /// Inserts a batch of audit rows in one transaction (one fsync for the whole batch).
+    pub fn insert_audit(&self, rows: &[AuditRow]) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO audit_log (at, surface, principal, role, capability, scope, outcome, error_code, \
+                 duration_us, task_id, plan_id, client_name) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?;
+            for r in rows {
+                stmt.execute(params![
+                    r.at, r.surface, r.principal, r.role, r.capability, r.scope, r.outcome, r.error_code,
+                    r.duration_us, r.task_id, r.plan_id, r.client_name
+                ])?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads audit rows newest first, before the cursor `before_id` (exclusive) when given.
+    pub fn read_audit(&self, filter: &AuditFilter, before_id: Option<i64>, limit: u32) -> Result<Vec<AuditRow>, StoreError> {
+        self.read(|c| {
+            let mut sql = format!("SELECT {COLUMNS} FROM audit_log WHERE 1=1");
+            let mut args: Vec<rusqlite::types::Value> = Vec::new();
+            for (column, value) in [
+                ("principal", &filter.principal),
+                ("capability", &filter.capability),
+                ("outcome", &filter.outcome),
+                ("task_id", &filter.task_id),
+            ] {
+                if let Some(v) = value {
+                    args.push(v.clone().into());
+                    sql.push_str(&format!(" AND {column} = ?{}", args.len()));
+                }
+            }
+            if let Some(before) = before_id {
+                args.push(before.into());
+                sql.push_str(&format!(" AND audit_id < ?{}", args.len()));
+            }
+            sql.push_str(&format!(" ORDER BY audit_id DESC LIMIT {limit}"));
+            let mut stmt = c.prepare(&sql)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+                Ok(AuditRow {
+                    audit_id: r.get(0)?,
+                    at: r.get(1)?,
+                    surface: r.get(2)?,
+                    principal: r.get(3)?,
+                    role: r.get(4)?,
+                    capability: r.get(5)?,
+                    scope: r.get(6)?,
+                    outcome: r.get(7)?,
+                    error_code: r.get(8)?,
+                    duration_us: r.get(9)?,
+                    task_id: r.get(10)?,
+                    plan_id: r.get(11)?,
+                    client_name: r.get(12)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+}

@@ -1,0 +1,94 @@
+//! Task events: an append-only log per task with a global, increasing cursor.
+
+use rusqlite::{Connection, params};
+
+use super::{Store, StoreError};
+
+/// An event to record.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// Dotted type, e.g. `task.started`.
+    pub event_type: String,
+    /// The payload, already redacted and bounded (JSON text).
+    pub payload_json: String,
+}
+
+impl NewEvent {
+    /// Builds an event from a type and a JSON payload.
+    pub fn new(event_type: &str, payload: serde_json::Value) -> NewEvent {
+        NewEvent { event_type: event_type.to_owned(), payload_json: payload.to_string() }
+    }
+}
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    /// Global cursor.
+    pub event_id: i64,
+    /// The task.
+    pub task_id: String,
+    /// Dotted type.
+    pub event_type: String,
+    /// JSON payload.
+    pub payload_json: String,
+    /// Unix ms.
+    pub created_at: i64,
+}
+
+pub(super) fn insert_event(tx: &Connection, task_id: &str, event: &NewEvent, now: i64) -> Result<i64, StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO events (task_id, event_type, payload_json, created_at) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![task_id, event.event_type, event.payload_json, now])?;
+    let id = tx.last_insert_rowid();
+    tx.prepare_cached("UPDATE tasks SET event_count = event_count + 1 WHERE task_id = ?1")?
+        .execute([task_id])?;
+    Ok(id)
+}
+
+impl Store {
+    /// Appends an event. With `cap = Some(n)` the event is a provider event subject to the
+    /// per-task cap: once the task holds `n` events it is dropped and counted instead, and
+    /// `None` is returned. The bridge's own lifecycle events pass `cap = None`.
+    pub fn append_event(
+        &self,
+        task_id: &str,
+        event: &NewEvent,
+        cap: Option<u32>,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        self.write(|tx| {
+            if let Some(cap) = cap {
+                let count: i64 = tx
+                    .prepare_cached("SELECT event_count FROM tasks WHERE task_id = ?1")?
+                    .query_row([task_id], |r| r.get(0))?;
+                if count >= i64::from(cap) {
+                    tx.prepare_cached("UPDATE tasks SET events_dropped = events_dropped + 1 WHERE task_id = ?1")?
+                        .execute([task_id])?;
+                    return Ok(None);
+                }
+            }
+            insert_event(tx, task_id, event, now).map(Some)
+        })
+    }
+
+    /// Reads up to `limit` events of a task after the cursor `after`, oldest first.
+    pub fn read_events(&self, task_id: &str, after: i64, limit: u32) -> Result<Vec<EventRow>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT event_id, task_id, event_type, payload_json, created_at FROM events \
+                 WHERE task_id = ?1 AND event_id > ?2 ORDER BY event_id LIMIT ?3",
+            )?;
+            let rows = stmt.query_map(params![task_id, after, limit], |r| {
+                Ok(EventRow {
+                    event_id: r.get(0)?,
+                    task_id: r.get(1)?,
+                    event_type: r.get(2)?,
+                    payload_json: r.get(3)?,
+                    created_at: r.get(4)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+}

@@ -1,0 +1,206 @@
+//! The SQLite store: the only module that contains SQL.
+//!
+//! One writer connection (every write is one `BEGIN IMMEDIATE` transaction, so checks and
+//! updates are atomic) and a small pool of reader connections; WAL mode lets readers run
+//! beside the writer. rusqlite blocks, so async callers go through [`Store::call`], which runs
+//! the work on tokio's blocking pool and never on the reactor (DESIGN §2 invariant 6).
+//!
+//! Files: the state directory must be a private (0700) directory owned by the bridge user;
+//! a directory with broader permissions is refused, never chmod-ed. The database is created
+//! 0600 and SQLite gives its WAL and SHM files the same mode.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+pub mod audit;
+pub mod events;
+pub mod guards;
+pub mod interactions;
+pub mod keys;
+mod schema;
+pub mod tasks;
+
+/// What can go wrong in the store; callers branch on the variants.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A file or directory problem.
+    #[error("{0}")]
+    Files(String),
+    /// The database was written by a newer bridge.
+    #[error("the database schema version {found} is newer than this bridge understands ({known})")]
+    TooNew {
+        /// The version found in the file.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
+    /// No task with that id.
+    #[error("task not found")]
+    TaskNotFound,
+    /// The transition is not allowed from the task's current state.
+    #[error("a {from} task cannot become {to}")]
+    InvalidTransition {
+        /// Current state.
+        from: &'static str,
+        /// Requested state.
+        to: &'static str,
+    },
+    /// The active-task cap is reached.
+    #[error("{limit} tasks are already active")]
+    TaskLimitReached {
+        /// The cap.
+        limit: u32,
+    },
+    /// The idempotency key is taken by a different request (unique index).
+    #[error("the idempotency key is already used by a different request")]
+    IdempotencyConflict,
+    /// A recovery guard already names this workdir.
+    #[error("the workdir has a recovery guard for task {task_id}")]
+    GuardPresent {
+        /// The task the guard names.
+        task_id: String,
+    },
+    /// No interaction with that id on that task.
+    #[error("request not found")]
+    RequestNotFound,
+    /// The interaction was already resolved.
+    #[error("request already resolved")]
+    RequestAlreadyResolved,
+    /// The interaction is no longer the task's pending one.
+    #[error("request is stale")]
+    RequestStale,
+    /// The task already has a pending interaction.
+    #[error("the task already has a pending request")]
+    RequestPending,
+    /// The interaction is of another kind than the call expects.
+    #[error("the request is a {actual}, not a {expected}")]
+    WrongKind {
+        /// What the call expected.
+        expected: &'static str,
+        /// What the request is.
+        actual: String,
+    },
+    /// An API key name is already used.
+    #[error("an API key named {0:?} already exists")]
+    KeyNameTaken(String),
+    /// The blocking work panicked or was cancelled.
+    #[error("store worker failed: {0}")]
+    Worker(String),
+}
+
+/// The store handle; cheap to clone through `Arc`.
+pub struct Store {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// The database file name inside the state directory.
+pub const DB_FILE: &str = "bridge.sqlite3";
+
+impl Store {
+    /// Opens (creating if needed) the store in `state_dir`, checking permissions and applying
+    /// migrations.
+    pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
+        ensure_private_dir(state_dir)?;
+        let path = state_dir.join(DB_FILE);
+        ensure_private_file(&path)?;
+        let mut writer = open_connection(&path)?;
+        schema::migrate(&mut writer)?;
+        Ok(Store { path, writer: Mutex::new(writer), readers: Mutex::new(Vec::new()) })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in one immediate (write-locked) transaction; commits when it returns `Ok`.
+    pub fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.writer.lock().unwrap_or_else(|poison| poison.into_inner());
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    /// Runs `f` on a reader connection (a consistent snapshot for each statement).
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => open_connection(&self.path)?,
+        };
+        let result = f(&conn);
+        let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if readers.len() < 8 {
+            readers.push(conn);
+        }
+        result
+    }
+
+    /// Runs blocking store work off the async reactor.
+    pub async fn call<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+}
+
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+fn ensure_private_dir(dir: &Path) -> Result<(), StoreError> {
+    crate::files::ensure_private_dir(dir).map_err(StoreError::Files)
+}
+
+fn ensure_private_file(path: &Path) -> Result<(), StoreError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => crate::files::check_private(path, &meta, false).map_err(StoreError::Files),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map(drop)
+            .map_err(|e| StoreError::Files(format!("cannot create {}: {e}", path.display()))),
+        Err(e) => Err(StoreError::Files(format!("cannot inspect {}: {e}", path.display()))),
+    }
+}
+
+/// Whether an error is a unique or primary-key constraint violation.
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(err, _)
+            if err.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || err.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+    )
+}

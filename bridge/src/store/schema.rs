@@ -1,0 +1,163 @@
+//! Schema migrations: an append-only list applied against `PRAGMA user_version`.
+//!
+//! Never edit or remove a migration that has shipped; add a new one. Each migration is
+//! additive (new tables, new nullable columns, new indexes) so older rows stay readable and no
+//! value is ever fabricated for them.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::StoreError;
+
+/// Migration 1: the core tables.
+const V1_CORE: &str = r#"
+CREATE TABLE tasks (
+    task_id               TEXT PRIMARY KEY,
+    principal             TEXT NOT NULL,
+    runtime               TEXT NOT NULL,
+    workdir_alias         TEXT NOT NULL,
+    relative_cwd          TEXT NOT NULL,
+    profile               TEXT NOT NULL,
+    requested_model       TEXT,
+    status                TEXT NOT NULL,
+    created_at            INTEGER NOT NULL,
+    started_at            INTEGER,
+    updated_at            INTEGER NOT NULL,
+    completed_at          INTEGER,
+    deadline_at           INTEGER NOT NULL,
+    continue_from_task_id TEXT,
+    correlation_id        TEXT,
+    native_session_id     TEXT,
+    final_response        TEXT,
+    result_storage        TEXT,
+    result_size_bytes     INTEGER,
+    result_sha256         TEXT,
+    manifest_json         TEXT NOT NULL,
+    manifest_sha256       TEXT NOT NULL,
+    error_code            TEXT,
+    error_message         TEXT,
+    pending_request_id    TEXT,
+    event_count           INTEGER NOT NULL DEFAULT 0,
+    events_dropped        INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX tasks_by_status ON tasks(status);
+CREATE INDEX tasks_by_created ON tasks(created_at);
+
+CREATE TABLE events (
+    event_id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id      TEXT NOT NULL REFERENCES tasks(task_id) ON DELETE CASCADE,
+    event_type   TEXT NOT NULL,
+    payload_json TEXT NOT NULL,
+    created_at   INTEGER NOT NULL
+);
+CREATE INDEX events_by_task ON events(task_id, event_id);
+
+CREATE TABLE interactions (
+    request_id      TEXT PRIMARY KEY,
+    task_id         TEXT NOT NULL REFERENCES tasks(task_id) ON DELETE CASCADE,
+    kind            TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    payload_json    TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    expires_at      INTEGER NOT NULL,
+    resolved_at     INTEGER,
+    resolution_json TEXT
+);
+CREATE INDEX interactions_by_task ON interactions(task_id, status);
+
+CREATE TABLE api_keys (
+    key_id        TEXT PRIMARY KEY,
+    name          TEXT NOT NULL UNIQUE,
+    role          TEXT NOT NULL,
+    key_sha256    BLOB NOT NULL UNIQUE,
+    workdirs_json TEXT,
+    created_at    INTEGER NOT NULL,
+    last_used_at  INTEGER,
+    revoked_at    INTEGER
+);
+
+CREATE TABLE audit_log (
+    audit_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    at          INTEGER NOT NULL,
+    surface     TEXT NOT NULL,
+    principal   TEXT,
+    role        TEXT,
+    capability  TEXT NOT NULL,
+    scope       TEXT,
+    outcome     TEXT NOT NULL,
+    error_code  TEXT,
+    duration_us INTEGER NOT NULL,
+    task_id     TEXT,
+    client_name TEXT
+);
+CREATE INDEX audit_by_at ON audit_log(at);
+
+CREATE TABLE recovery_guards (
+    workdir_alias TEXT PRIMARY KEY,
+    task_id       TEXT NOT NULL,
+    runtime       TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL
+);
+"#;
+
+/// Migration 2 (seed 001 §8): retry-safe submission. Existing rows keep NULL keys and
+/// fingerprints; the partial unique index allows any number of NULLs.
+const V2_IDEMPOTENCY: &str = r#"
+ALTER TABLE tasks ADD COLUMN idempotency_key TEXT;
+ALTER TABLE tasks ADD COLUMN request_fingerprint TEXT;
+CREATE UNIQUE INDEX tasks_by_idempotency_key
+    ON tasks(principal, idempotency_key) WHERE idempotency_key IS NOT NULL;
+"#;
+
+/// Migration 3: what a later process needs to re-check a provider's stop (the process
+/// group leader, its start time, and the marker its descendants carry), plus the plan id
+/// column of audit rows.
+const V3_PROOF: &str = r#"
+ALTER TABLE recovery_guards ADD COLUMN proof_json TEXT;
+ALTER TABLE audit_log ADD COLUMN plan_id TEXT;
+"#;
+
+/// Every migration, in order; `user_version` is the number applied.
+pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF];
+
+/// Applies the missing migrations in one exclusive transaction.
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    migrate_to(conn, MIGRATIONS.len())
+}
+
+/// Applies migrations up to `target` (tests use this to build an old database).
+pub(super) fn migrate_to(conn: &mut Connection, target: usize) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if current > known {
+        return Err(StoreError::TooNew { found: current, known });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().take(target).skip(current as usize) {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    #[test]
+    fn migrating_twice_is_a_no_op() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        migrate(&mut conn).unwrap();
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn a_newer_database_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        assert!(matches!(migrate(&mut conn), Err(StoreError::TooNew { found: 99, .. })));
+    }
+}

@@ -1,0 +1,436 @@
+//! Task rows: creation under the active-task cap and idempotency index, checked state
+//! transitions, listing and retention.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::events::{NewEvent, insert_event};
+use super::{Store, StoreError, is_unique_violation};
+use crate::model::TaskStatus;
+
+/// A stored task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRow {
+    /// `agt_…`.
+    pub task_id: String,
+    /// The principal that submitted it (its owner).
+    pub principal: String,
+    /// Runtime name.
+    pub runtime: String,
+    /// Workdir alias.
+    pub workdir_alias: String,
+    /// Normalized relative cwd ("" = the workdir root).
+    pub relative_cwd: String,
+    /// Profile wire name.
+    pub profile: String,
+    /// Model the caller asked for.
+    pub requested_model: Option<String>,
+    /// Current state.
+    pub status: TaskStatus,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms when the provider was started.
+    pub started_at: Option<i64>,
+    /// Unix ms of the last change.
+    pub updated_at: i64,
+    /// Unix ms of the terminal transition.
+    pub completed_at: Option<i64>,
+    /// Unix ms after which the task is interrupted.
+    pub deadline_at: i64,
+    /// The task this one continues.
+    pub continue_from_task_id: Option<String>,
+    /// Opaque caller metadata.
+    pub correlation_id: Option<String>,
+    /// The caller's retry key.
+    pub idempotency_key: Option<String>,
+    /// SHA-256 of the canonical submission (NULL for tasks without a key).
+    pub request_fingerprint: Option<String>,
+    /// The provider's session id (private).
+    pub native_session_id: Option<String>,
+    /// Inline result, or a preview of a spooled one.
+    pub final_response: Option<String>,
+    /// `inline` or `spool`.
+    pub result_storage: Option<String>,
+    /// Full result size in UTF-8 bytes.
+    pub result_size_bytes: Option<i64>,
+    /// SHA-256 of the full result.
+    pub result_sha256: Option<String>,
+    /// The immutable manifest (canonical JSON).
+    pub manifest_json: String,
+    /// Its SHA-256.
+    pub manifest_sha256: String,
+    /// Why the task failed or was interrupted.
+    pub error_code: Option<String>,
+    /// A redacted explanation.
+    pub error_message: Option<String>,
+    /// The pending interaction, while waiting.
+    pub pending_request_id: Option<String>,
+    /// Events stored for this task.
+    pub event_count: i64,
+    /// Provider events dropped over the per-task cap.
+    pub events_dropped: i64,
+}
+
+const TASK_COLUMNS: &str = "task_id, principal, runtime, workdir_alias, relative_cwd, profile, \
+    requested_model, status, created_at, started_at, updated_at, completed_at, deadline_at, \
+    continue_from_task_id, correlation_id, idempotency_key, request_fingerprint, native_session_id, \
+    final_response, result_storage, result_size_bytes, result_sha256, manifest_json, manifest_sha256, \
+    error_code, error_message, pending_request_id, event_count, events_dropped";
+
+fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
+    let status: String = row.get(7)?;
+    Ok(TaskRow {
+        task_id: row.get(0)?,
+        principal: row.get(1)?,
+        runtime: row.get(2)?,
+        workdir_alias: row.get(3)?,
+        relative_cwd: row.get(4)?,
+        profile: row.get(5)?,
+        requested_model: row.get(6)?,
+        status: TaskStatus::parse(&status).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                7,
+                rusqlite::types::Type::Text,
+                format!("unknown task status {status:?}").into(),
+            )
+        })?,
+        created_at: row.get(8)?,
+        started_at: row.get(9)?,
+        updated_at: row.get(10)?,
+        completed_at: row.get(11)?,
+        deadline_at: row.get(12)?,
+        continue_from_task_id: row.get(13)?,
+        correlation_id: row.get(14)?,
+        idempotency_key: row.get(15)?,
+        request_fingerprint: row.get(16)?,
+        native_session_id: row.get(17)?,
+        final_response: row.get(18)?,
+        result_storage: row.get(19)?,
+        result_size_bytes: row.get(20)?,
+        result_sha256: row.get(21)?,
+        manifest_json: row.get(22)?,
+        manifest_sha256: row.get(23)?,
+        error_code: row.get(24)?,
+        error_message: row.get(25)?,
+        pending_request_id: row.get(26)?,
+        event_count: row.get(27)?,
+        events_dropped: row.get(28)?,
+    })
+}
+
+/// A task to create.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// Fresh id.
+    pub task_id: String,
+    /// Owner.
+    pub principal: String,
+    /// Runtime name.
+    pub runtime: String,
+    /// Workdir alias.
+    pub workdir_alias: String,
+    /// Normalized relative cwd.
+    pub relative_cwd: String,
+    /// Profile wire name.
+    pub profile: String,
+    /// Requested model.
+    pub requested_model: Option<String>,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms.
+    pub deadline_at: i64,
+    /// Continuation source.
+    pub continue_from_task_id: Option<String>,
+    /// Caller metadata.
+    pub correlation_id: Option<String>,
+    /// Retry key.
+    pub idempotency_key: Option<String>,
+    /// Fingerprint of the submission (set with the key).
+    pub request_fingerprint: Option<String>,
+    /// Canonical manifest.
+    pub manifest_json: String,
+    /// Its SHA-256.
+    pub manifest_sha256: String,
+}
+
+/// The recovery guard to publish with a writer task.
+#[derive(Debug, Clone)]
+pub struct NewGuard {
+    /// The workdir it protects.
+    pub workdir_alias: String,
+}
+
+/// What [`Store::insert_task`] did.
+#[derive(Debug)]
+pub enum Inserted {
+    /// A new task was created.
+    Created(TaskRow),
+    /// The principal already has a retained task with this idempotency key.
+    Existing(TaskRow),
+}
+
+/// Filters for [`Store::list_tasks`].
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    /// Only this owner.
+    pub principal: Option<String>,
+    /// Only these states.
+    pub status: Option<TaskStatus>,
+    /// Only this workdir.
+    pub workdir_alias: Option<String>,
+    /// Only this runtime.
+    pub runtime: Option<String>,
+    /// Only tasks created before this task (cursor; newest first).
+    pub before_task_id: Option<String>,
+}
+
+/// Extra fields written with a transition.
+#[derive(Debug, Default)]
+pub struct TransitionFields {
+    /// Error code (failed/interrupted).
+    pub error_code: Option<String>,
+    /// Error message (already redacted).
+    pub error_message: Option<String>,
+    /// The result, on success.
+    pub result: Option<ResultFields>,
+    /// The event recorded in the same transaction.
+    pub event: Option<NewEvent>,
+}
+
+/// A task's result as stored.
+#[derive(Debug, Clone)]
+pub struct ResultFields {
+    /// Inline text or preview.
+    pub final_response: String,
+    /// `inline` or `spool`.
+    pub storage: &'static str,
+    /// Full size in bytes.
+    pub size_bytes: i64,
+    /// SHA-256 of the full result.
+    pub sha256: String,
+}
+
+pub(super) fn get_task_in(conn: &Connection, task_id: &str) -> Result<Option<TaskRow>, StoreError> {
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1");
+    Ok(conn.prepare_cached(&sql)?.query_row([task_id], task_from_row).optional()?)
+}
+
+fn find_by_key_in(conn: &Connection, principal: &str, key: &str) -> Result<Option<TaskRow>, StoreError> {
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE principal = ?1 AND idempotency_key = ?2");
+    Ok(conn.prepare_cached(&sql)?.query_row([principal, key], task_from_row).optional()?)
+}
+
+const ACTIVE_STATES: &str =
+    "('queued','starting','running','waiting_for_approval','waiting_for_question')";
+
+impl Store {
+    /// Reads one task.
+    pub fn get_task(&self, task_id: &str) -> Result<Option<TaskRow>, StoreError> {
+        self.read(|c| get_task_in(c, task_id))
+    }
+
+    /// Looks a principal's idempotency key up.
+    pub fn find_by_idempotency_key(&self, principal: &str, key: &str) -> Result<Option<TaskRow>, StoreError> {
+        self.read(|c| find_by_key_in(c, principal, key))
+    }
+
+    /// Creates a task in one transaction: re-checks the idempotency key, counts active tasks
+    /// against `max_active`, refuses when a guard already names the workdir, inserts the row,
+    /// publishes the guard and records `task.submitted`.
+    pub fn insert_task(
+        &self,
+        new: &NewTask,
+        max_active: u32,
+        guard: Option<&NewGuard>,
+        event: &NewEvent,
+    ) -> Result<Inserted, StoreError> {
+        self.write(|tx| {
+            if let Some(key) = &new.idempotency_key {
+                if let Some(existing) = find_by_key_in(tx, &new.principal, key)? {
+                    return Ok(Inserted::Existing(existing));
+                }
+            }
+            let active: i64 = tx.query_row(
+                &format!("SELECT COUNT(*) FROM tasks WHERE status IN {ACTIVE_STATES}"),
+                [],
+                |r| r.get(0),
+            )?;
+            if active >= i64::from(max_active) {
+                return Err(StoreError::TaskLimitReached { limit: max_active });
+            }
+            if let Some(guard) = guard {
+                let holder: Option<String> = tx
+                    .query_row(
+                        "SELECT task_id FROM recovery_guards WHERE workdir_alias = ?1",
+                        [&guard.workdir_alias],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if let Some(task_id) = holder {
+                    return Err(StoreError::GuardPresent { task_id });
+                }
+            }
+            tx.execute(
+                "INSERT INTO tasks (task_id, principal, runtime, workdir_alias, relative_cwd, profile, \
+                 requested_model, status, created_at, updated_at, deadline_at, continue_from_task_id, \
+                 correlation_id, idempotency_key, request_fingerprint, manifest_json, manifest_sha256) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                params![
+                    new.task_id,
+                    new.principal,
+                    new.runtime,
+                    new.workdir_alias,
+                    new.relative_cwd,
+                    new.profile,
+                    new.requested_model,
+                    new.created_at,
+                    new.deadline_at,
+                    new.continue_from_task_id,
+                    new.correlation_id,
+                    new.idempotency_key,
+                    new.request_fingerprint,
+                    new.manifest_json,
+                    new.manifest_sha256,
+                ],
+            )
+            .map_err(|e| if is_unique_violation(&e) { StoreError::IdempotencyConflict } else { e.into() })?;
+            if let Some(guard) = guard {
+                tx.execute(
+                    "INSERT INTO recovery_guards (workdir_alias, task_id, runtime, created_at, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?4)",
+                    params![guard.workdir_alias, new.task_id, new.runtime, new.created_at],
+                )?;
+            }
+            insert_event(tx, &new.task_id, event, new.created_at)?;
+            let row = get_task_in(tx, &new.task_id)?.ok_or(StoreError::TaskNotFound)?;
+            Ok(Inserted::Created(row))
+        })
+    }
+
+    /// Moves a task to `to` if the transition matrix allows it from its current state, in one
+    /// transaction. A terminal transition stamps `completed_at`, clears the pending request and
+    /// marks it stale.
+    pub fn transition(
+        &self,
+        task_id: &str,
+        to: TaskStatus,
+        fields: TransitionFields,
+        now: i64,
+    ) -> Result<TaskRow, StoreError> {
+        self.write(|tx| transition_in(tx, task_id, to, fields, now))
+    }
+
+    /// Records the provider's native session id.
+    pub fn set_native_session(&self, task_id: &str, session_id: &str, now: i64) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE tasks SET native_session_id = ?2, updated_at = ?3 WHERE task_id = ?1",
+                params![task_id, session_id, now],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Lists tasks newest first.
+    pub fn list_tasks(&self, filter: &TaskFilter, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
+        self.read(|c| {
+            let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1=1");
+            let mut args: Vec<rusqlite::types::Value> = Vec::new();
+            let mut add = |clause: &str, v: String| {
+                args.push(v.into());
+                sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+            };
+            if let Some(p) = &filter.principal {
+                add("principal =", p.clone());
+            }
+            if let Some(s) = filter.status {
+                add("status =", s.as_str().to_owned());
+            }
+            if let Some(w) = &filter.workdir_alias {
+                add("workdir_alias =", w.clone());
+            }
+            if let Some(r) = &filter.runtime {
+                add("runtime =", r.clone());
+            }
+            if let Some(before) = &filter.before_task_id {
+                args.push(before.clone().into());
+                sql.push_str(&format!(
+                    " AND rowid < (SELECT rowid FROM tasks WHERE task_id = ?{})",
+                    args.len()
+                ));
+            }
+            sql.push_str(&format!(" ORDER BY rowid DESC LIMIT {limit}"));
+            let mut stmt = c.prepare(&sql)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(args), task_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Every non-terminal task (startup reconciliation).
+    pub fn active_tasks(&self) -> Result<Vec<TaskRow>, StoreError> {
+        self.read(|c| {
+            let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE status IN {ACTIVE_STATES}");
+            let mut stmt = c.prepare(&sql)?;
+            let rows = stmt.query_map([], task_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Deletes every terminal task completed before `cutoff` that no recovery guard names,
+    /// with its events and interactions; returns the deleted ids (their spool files are the
+    /// caller's to remove).
+    pub fn delete_expired(&self, cutoff: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        self.write(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT task_id, result_storage FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1 \
+                 AND task_id NOT IN (SELECT task_id FROM recovery_guards)",
+            )?;
+            let doomed = stmt
+                .query_map([cutoff], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            for (task_id, _) in &doomed {
+                tx.execute("DELETE FROM tasks WHERE task_id = ?1", [task_id])?;
+            }
+            Ok(doomed)
+        })
+    }
+}
+
+pub(super) fn transition_in(
+    tx: &Connection,
+    task_id: &str,
+    to: TaskStatus,
+    fields: TransitionFields,
+    now: i64,
+) -> Result<TaskRow, StoreError> {
+    let current = get_task_in(tx, task_id)?.ok_or(StoreError::TaskNotFound)?;
+    if !current.status.can_become(to) {
+        return Err(StoreError::InvalidTransition { from: current.status.as_str(), to: to.as_str() });
+    }
+    let terminal = to.is_terminal();
+    tx.execute(
+        "UPDATE tasks SET status = ?2, updated_at = ?3, \
+         started_at = CASE WHEN ?2 = 'starting' THEN ?3 ELSE started_at END, \
+         completed_at = CASE WHEN ?4 THEN ?3 ELSE completed_at END, \
+         pending_request_id = CASE WHEN ?4 THEN NULL ELSE pending_request_id END, \
+         error_code = COALESCE(?5, error_code), error_message = COALESCE(?6, error_message) \
+         WHERE task_id = ?1",
+        params![task_id, to.as_str(), now, terminal, fields.error_code, fields.error_message],
+    )?;
+    if terminal {
+        tx.execute(
+            "UPDATE interactions SET status = 'stale', resolved_at = ?2 WHERE task_id = ?1 AND status = 'pending'",
+            params![task_id, now],
+        )?;
+    }
+    if let Some(result) = &fields.result {
+        tx.execute(
+            "UPDATE tasks SET final_response = ?2, result_storage = ?3, result_size_bytes = ?4, \
+             result_sha256 = ?5 WHERE task_id = ?1",
+            params![task_id, result.final_response, result.storage, result.size_bytes, result.sha256],
+        )?;
+    }
+    if let Some(event) = &fields.event {
+        insert_event(tx, task_id, event, now)?;
+    }
+    get_task_in(tx, task_id)?.ok_or(StoreError::TaskNotFound)
+}

@@ -1,0 +1,163 @@
+//! The task service: submission, execution, interactions, reads, cancellation and retention.
+//!
+//! It owns the in-memory side of every active task (its cancellation token and the channel
+//! to its runner) and delegates everything durable to the store. One runner task per active
+//! task drives the provider; all runners are tracked and drained at shutdown.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::Clock;
+use crate::config::{BridgeConfig, RuntimeName, Workdir};
+use crate::error::{ToolError, code};
+use crate::lease::Leases;
+use crate::model::Principal;
+use crate::provider::Providers;
+use crate::store::Store;
+use crate::store::tasks::TaskRow;
+
+mod interact;
+pub mod manifest;
+pub mod paths;
+pub mod recovery;
+pub mod redact;
+pub mod results;
+mod runner;
+mod submit;
+mod views;
+pub mod watch;
+
+pub use submit::SubmitRequest;
+
+/// Largest prompt, steering message and interaction payload, in UTF-8 bytes.
+pub const MAX_TEXT_BYTES: usize = 65_536;
+/// Largest event payload, in bytes of JSON.
+pub const MAX_EVENT_BYTES: usize = 65_536;
+/// Provider events kept per task; more are dropped and counted.
+pub const MAX_EVENTS_PER_TASK: u32 = 10_000;
+/// How long a provider interrupt may take before cleanup goes on without it.
+pub const INTERRUPT_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A message from a caller to a task's runner.
+#[derive(Debug)]
+enum Control {
+    Approval { request_id: String, decision: String, granted_permission_ids: Vec<String> },
+    Answers { request_id: String, answers: serde_json::Value },
+    Steer(String),
+}
+
+/// The in-memory handle of an active task.
+#[derive(Debug)]
+struct Active {
+    cancel: CancellationToken,
+    control: mpsc::Sender<Control>,
+    runtime: RuntimeName,
+}
+
+/// Everything the service needs, shared by its handle and the runners.
+struct Inner {
+    config: Arc<BridgeConfig>,
+    store: Arc<Store>,
+    clock: Clock,
+    providers: Providers,
+    leases: Leases,
+    changes: watch::Changes,
+    active: Mutex<HashMap<String, Active>>,
+    submit_lock: tokio::sync::Mutex<()>,
+    cancel_lock: tokio::sync::Mutex<()>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    home: Option<PathBuf>,
+}
+
+/// The task service handle.
+#[derive(Clone)]
+pub struct TaskService {
+    inner: Arc<Inner>,
+}
+
+impl TaskService {
+    /// Builds the service. `shutdown` is the root token: cancelled when the bridge stops.
+    pub fn new(
+        config: Arc<BridgeConfig>,
+        store: Arc<Store>,
+        clock: Clock,
+        providers: Providers,
+        leases: Leases,
+        shutdown: CancellationToken,
+        home: Option<PathBuf>,
+    ) -> TaskService {
+        TaskService {
+            inner: Arc::new(Inner {
+                config,
+                store,
+                clock,
+                providers,
+                leases,
+                changes: watch::Changes::default(),
+                active: Mutex::new(HashMap::new()),
+                submit_lock: tokio::sync::Mutex::new(()),
+                cancel_lock: tokio::sync::Mutex::new(()),
+                tracker: TaskTracker::new(),
+                shutdown,
+                home,
+            }),
+        }
+    }
+
+    /// The providers (for runtime listings).
+    pub fn providers(&self) -> &Providers {
+        &self.inner.providers
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BridgeConfig {
+        &self.inner.config
+    }
+
+    /// Number of tasks with a live runner.
+    pub fn active_count(&self) -> usize {
+        self.inner.active.lock().map(|a| a.len()).unwrap_or(0)
+    }
+}
+
+impl Inner {
+    /// A workdir by alias, if the principal may use it.
+    fn workdir(&self, principal: &Principal, alias: &str) -> Result<&Workdir, ToolError> {
+        self.config
+            .workdirs
+            .iter()
+            .find(|w| w.alias == alias && principal.may_use_workdir(&w.alias))
+            .ok_or_else(|| ToolError::new(code::WORKDIR_NOT_FOUND, format!("no workdir named {alias:?}")))
+    }
+
+    /// Reads a task the principal may see; anything else is `AGENT_TASK_NOT_FOUND`.
+    async fn visible_task(&self, principal: &Principal, task_id: &str) -> Result<TaskRow, ToolError> {
+        if !crate::ids::looks_like(task_id, "agt_") {
+            return Err(ToolError::task_not_found());
+        }
+        let id = task_id.to_owned();
+        let row = self.store.call(move |s| s.get_task(&id)).await?;
+        match row {
+            Some(row) if principal.sees_everything() || row.principal == principal.name => Ok(row),
+            _ => Err(ToolError::task_not_found()),
+        }
+    }
+
+    /// The redactor for a task's workdir.
+    fn redactor(&self, alias: &str) -> redact::Redactor {
+        let mut others: Vec<&std::path::Path> = vec![&self.config.state_dir];
+        if let Some(home) = &self.home {
+            others.push(home);
+        }
+        match self.config.workdirs.iter().find(|w| w.alias == alias) {
+            Some(w) => redact::Redactor::new(&w.path, &others),
+            None => redact::Redactor::new(std::path::Path::new("/nonexistent-workdir"), &others),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Recovery: retention GC, proof-based clearing of recovery guards, startup reconciliation of
+//! tasks a previous bridge left behind, and orderly shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Inner, TaskService, results};
+use crate::error::code;
+use crate::model::TaskStatus;
+use crate::provider::process::{ProofMaterial, leader_alive, marker_pids};
+use crate::store::events::NewEvent;
+use crate::store::guards::GuardRow;
+use crate::store::tasks::TransitionFields;
+
+/// Serializes proof material for the guard.
+pub fn proof_json(m: &ProofMaterial) -> String {
+    json!({ "pid": m.pid, "start_ticks": m.start_ticks, "marker": m.marker }).to_string()
+}
+
+fn parse_proof(text: &str) -> Option<ProofMaterial> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    Some(ProofMaterial {
+        pid: i32::try_from(v.get("pid")?.as_i64()?).ok()?,
+        start_ticks: v.get("start_ticks").and_then(|t| t.as_u64()),
+        marker: v.get("marker")?.as_str()?.to_owned(),
+    })
+}
+
+/// Whether the provider behind a guard is proven stopped: its leader (same pid and start
+/// time) is gone and no process carries its task marker. Unreadable proof material is not a
+/// proof. Blocking (reads `/proc`).
+pub fn provider_stopped(guard: &GuardRow) -> bool {
+    let material = match &guard.proof_json {
+        Some(text) => match parse_proof(text) {
+            Some(m) if m.marker == guard.task_id => Some(m),
+            _ => return false,
+        },
+        None => None,
+    };
+    if material.as_ref().is_some_and(leader_alive) {
+        return false;
+    }
+    marker_pids(&guard.task_id).is_empty()
+}
+
+impl Inner {
+    /// Deletes terminal tasks past retention (and their spool files).
+    pub(super) async fn collect_garbage(&self) {
+        let cutoff = self.clock.now_ms() - (self.config.limits.retention_hours as i64).saturating_mul(3_600_000);
+        match self.store.call(move |s| s.delete_expired(cutoff)).await {
+            Ok(deleted) => {
+                for (task_id, storage) in deleted {
+                    if storage.as_deref() == Some("spool") {
+                        results::delete(&self.config.state_dir, &task_id);
+                    }
+                    tracing::debug!(task_id, "retention removed a task");
+                }
+            }
+            Err(e) => tracing::warn!(cause = %e, "retention pass failed"),
+        }
+    }
+
+    /// Clears `guard` if its provider is proven stopped, interrupting its task with `code`
+    /// when that task is still non-terminal. Returns whether the guard is gone.
+    pub(super) async fn try_clear_guard(self: &Arc<Self>, guard: &GuardRow, interrupt_code: &'static str) -> bool {
+        let g = guard.clone();
+        let stopped = tokio::task::spawn_blocking(move || provider_stopped(&g)).await.unwrap_or(false);
+        if !stopped {
+            tracing::warn!(task_id = guard.task_id, workdir = guard.workdir_alias, "provider stop not proven; guard kept");
+            return false;
+        }
+        let now = self.clock.now_ms();
+        let task_id = guard.task_id.clone();
+        let fields = TransitionFields {
+            error_code: Some(interrupt_code.to_owned()),
+            error_message: Some("the provider is proven stopped; the task cannot continue".into()),
+            event: Some(NewEvent::new("task.interrupted", json!({ "error_code": interrupt_code }))),
+            ..Default::default()
+        };
+        let id = task_id.clone();
+        // Only a non-terminal task moves; a terminal one keeps its state.
+        let _ = self.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
+        self.changes.notify(&task_id);
+        let (alias, id) = (guard.workdir_alias.clone(), task_id);
+        self.store.call(move |s| s.clear_guard(&alias, &id)).await.unwrap_or(false)
+    }
+}
+
+impl TaskService {
+    /// Startup: retention GC, then every task a previous bridge left non-terminal is marked
+    /// `interrupted/BRIDGE_RESTARTED` (never re-run), then every guard is re-checked and
+    /// cleared only on proof.
+    pub async fn reconcile_at_startup(&self) -> Result<(), crate::store::StoreError> {
+        let inner = &self.inner;
+        inner.collect_garbage().await;
+        let stranded = inner.store.call(|s| s.active_tasks()).await?;
+        for task in stranded {
+            let now = inner.clock.now_ms();
+            let id = task.task_id.clone();
+            let fields = TransitionFields {
+                error_code: Some(code::BRIDGE_RESTARTED.to_owned()),
+                error_message: Some("the bridge restarted while the task was active; continue it with a new task".into()),
+                event: Some(NewEvent::new("task.reconciled", json!({ "status": "interrupted", "error_code": code::BRIDGE_RESTARTED }))),
+                ..Default::default()
+            };
+            inner.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await?;
+            tracing::info!(task_id = task.task_id, "interrupted a task left active by a previous bridge");
+        }
+        for guard in inner.store.call(|s| s.list_guards()).await? {
+            if inner.try_clear_guard(&guard, code::BRIDGE_RESTARTED).await {
+                tracing::info!(workdir = guard.workdir_alias, "cleared a recovery guard on proof");
+            }
+        }
+        Ok(())
+    }
+
+    /// Orderly shutdown: every active task is persisted `interrupted/BRIDGE_SHUTDOWN`, its
+    /// runner is cancelled, and the runners are drained (each bounds its provider stop).
+    pub async fn shutdown(&self, bound: Duration) {
+        let inner = &self.inner;
+        let active: Vec<(String, tokio_util::sync::CancellationToken)> = inner
+            .active
+            .lock()
+            .map(|a| a.iter().map(|(id, t)| (id.clone(), t.cancel.clone())).collect())
+            .unwrap_or_default();
+        for (task_id, cancel) in active {
+            let now = inner.clock.now_ms();
+            let id = task_id.clone();
+            let fields = TransitionFields {
+                error_code: Some(code::BRIDGE_SHUTDOWN.to_owned()),
+                error_message: Some("the bridge was stopped while the task was active".into()),
+                event: Some(NewEvent::new("task.interrupted", json!({ "error_code": code::BRIDGE_SHUTDOWN }))),
+                ..Default::default()
+            };
+            let _ = inner.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
+            inner.changes.notify(&task_id);
+            cancel.cancel();
+        }
+        inner.tracker.close();
+        if tokio::time::timeout(bound, inner.tracker.wait()).await.is_err() {
+            tracing::warn!("some task runners did not finish within the shutdown bound");
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The runner: one tracked tokio task per active task. It starts the provider, records its
+//! events, turns its requests into pending interactions, relays answers and steering, enforces
+//! the task and interaction deadlines with one timer each, and on any ending stops the
+//! provider with proof before it releases the writer lease and, on proof, the guard.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::redact::Redactor;
+use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_EVENTS_PER_TASK, MAX_TEXT_BYTES, recovery, results};
+use crate::config::RuntimeName;
+use crate::error::code;
+use crate::lease::Lease;
+use crate::model::{InteractionKind, Profile, TaskStatus};
+use crate::provider::process::{StopProof, marker_pids};
+use crate::provider::{ProviderCommand, ProviderEvent, Session, StartSpec, TurnOutcome};
+use crate::store::StoreError;
+use crate::store::events::NewEvent;
+use crate::store::interactions::NewInteraction;
+use crate::store::tasks::{TaskRow, TransitionFields};
+
+/// Everything a runner owns.
+pub(super) struct Job {
+    pub inner: Arc<Inner>,
+    pub task: TaskRow,
+    pub runtime: RuntimeName,
+    pub cwd: PathBuf,
+    pub profile: Profile,
+    pub prompt: String,
+    pub model: Option<String>,
+    pub resume_session: Option<String>,
+    pub lease: Option<Lease>,
+    pub cancel: CancellationToken,
+    pub control: mpsc::Receiver<Control>,
+}
+
+/// How the provider part ended.
+enum Ending {
+    /// Someone else already made the task terminal (cancel, shutdown, a timer of ours).
+    AlreadyTerminal,
+    Completed(String),
+    Failed { code: &'static str, message: String },
+    Interrupted { code: &'static str, message: String },
+}
+
+/// The pending interaction this runner relays.
+struct Pending {
+    request_id: String,
+    native_id: String,
+    kind: InteractionKind,
+    expires_at: i64,
+}
+
+pub(super) async fn run(mut job: Job) {
+    let redactor = job.inner.redactor(&job.task.workdir_alias);
+    let (ending, proof) = drive(&mut job, &redactor).await;
+    finish(job, ending, proof, &redactor).await;
+}
+
+async fn transition(inner: &Inner, task_id: &str, to: TaskStatus, fields: TransitionFields) -> Result<TaskRow, StoreError> {
+    let now = inner.clock.now_ms();
+    let id = task_id.to_owned();
+    let result = inner.store.call(move |s| s.transition(&id, to, fields, now)).await;
+    inner.changes.notify(task_id);
+    result
+}
+
+fn lifecycle(event_type: &str, payload: Value) -> Option<NewEvent> {
+    Some(NewEvent::new(event_type, payload))
+}
+
+async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>) {
+    let inner = Arc::clone(&job.inner);
+    let task_id = job.task.task_id.clone();
+    if job.cancel.is_cancelled() {
+        return (Ending::AlreadyTerminal, None);
+    }
+    let started = TransitionFields {
+        event: lifecycle("task.started", json!({ "runtime": job.runtime.as_str() })),
+        ..Default::default()
+    };
+    if transition(&inner, &task_id, TaskStatus::Starting, started).await.is_err() {
+        return (Ending::AlreadyTerminal, None);
+    }
+    let spec = StartSpec {
+        task_id: task_id.clone(),
+        cwd: job.cwd.clone(),
+        profile: job.profile,
+        prompt: std::mem::take(&mut job.prompt),
+        model: job.model.clone(),
+        resume_session: job.resume_session.clone(),
+    };
+    let mut session = match inner.providers.start(job.runtime, spec).await {
+        Ok(session) => session,
+        Err(e) => return (Ending::Failed { code: e.code, message: redactor.text(&e.message) }, None),
+    };
+    if job.lease.is_some() {
+        let proof = recovery::proof_json(&session.proof_material());
+        let (id, now) = (task_id.clone(), inner.clock.now_ms());
+        if let Err(e) = inner.store.call(move |s| s.set_guard_proof(&id, &proof, now)).await {
+            tracing::warn!(task_id, cause = %e, "cannot record the provider in the recovery guard");
+        }
+    }
+    if transition(&inner, &task_id, TaskStatus::Running, TransitionFields::default()).await.is_err() {
+        interrupt(&inner, &task_id, &mut session, redactor).await;
+        return (Ending::AlreadyTerminal, Some(session.stop(Duration::from_secs(2)).await));
+    }
+    let ending = relay(job, &mut session, redactor).await;
+    let proof = session.stop(Duration::from_secs(2)).await;
+    (ending, Some(proof))
+}
+
+/// The main loop: provider events, caller controls, cancellation and the two deadlines.
+async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> Ending {
+    let inner = Arc::clone(&job.inner);
+    let task_id = job.task.task_id.clone();
+    let deadline = inner.clock.instant_at(job.task.deadline_at);
+    let commands = session.commands();
+    let mut pending: Option<Pending> = None;
+    loop {
+        let expiry = pending.as_ref().filter(|p| p.expires_at < job.task.deadline_at).map(|p| inner.clock.instant_at(p.expires_at));
+        tokio::select! {
+            biased;
+            _ = job.cancel.cancelled() => {
+                interrupt(&inner, &task_id, session, redactor).await;
+                return Ending::AlreadyTerminal;
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return timed_out(&inner, &task_id, session, redactor, code::AGENT_TASK_TIMED_OUT, None).await;
+            }
+            _ = async { tokio::time::sleep_until(expiry.unwrap_or(deadline)).await }, if expiry.is_some() => {
+                let p = pending.take();
+                return timed_out(&inner, &task_id, session, redactor, code::AGENT_INTERACTION_TIMED_OUT, p).await;
+            }
+            control = job.control.recv() => {
+                let Some(control) = control else { continue };
+                let command = match control {
+                    Control::Approval { request_id, decision, granted_permission_ids } => {
+                        match pending.take_if(|p| p.request_id == request_id) {
+                            Some(p) => ProviderCommand::Approval { native_id: p.native_id, decision, granted_permission_ids },
+                            None => continue,
+                        }
+                    }
+                    Control::Answers { request_id, answers } => match pending.take_if(|p| p.request_id == request_id) {
+                        Some(p) => ProviderCommand::Answers { native_id: p.native_id, answers },
+                        None => continue,
+                    },
+                    Control::Steer(text) => ProviderCommand::Steer(text),
+                };
+                let _ = commands.send(command).await;
+            }
+            event = session.next_event() => {
+                let Some(event) = event else {
+                    let tail = redactor.text(&session.stderr_tail());
+                    let last = tail.lines().last().unwrap_or("").chars().take(300).collect::<String>();
+                    let message = if last.is_empty() {
+                        "the provider exited before finishing its turn".to_owned()
+                    } else {
+                        format!("the provider exited before finishing its turn: {last}")
+                    };
+                    return Ending::Failed { code: code::AGENT_PROVIDER_DISCONNECTED, message };
+                };
+                match event {
+                    ProviderEvent::Session(id) => {
+                        let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+                        if let Err(e) = inner.store.call(move |s| s.set_native_session(&tid, &id, now)).await {
+                            tracing::warn!(task_id, cause = %e, "cannot record the native session");
+                        }
+                    }
+                    ProviderEvent::Event { event_type, payload } => {
+                        record(&inner, &task_id, redactor, &event_type, payload, true).await;
+                    }
+                    ProviderEvent::Approval { native_id, payload } => {
+                        pending = open(&inner, &task_id, redactor, InteractionKind::Approval, native_id, payload, job.task.deadline_at, &commands).await;
+                    }
+                    ProviderEvent::Question { native_id, payload } => {
+                        pending = open(&inner, &task_id, redactor, InteractionKind::Question, native_id, payload, job.task.deadline_at, &commands).await;
+                    }
+                    ProviderEvent::Withdrawn { native_id } => {
+                        if let Some(p) = pending.take_if(|p| p.native_id == native_id) {
+                            let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+                            let _ = inner.store.call(move |s| s.abandon_interaction(&tid, &p.request_id, now)).await;
+                            inner.changes.notify(&task_id);
+                        }
+                    }
+                    ProviderEvent::Finished(TurnOutcome::Completed(text)) => return Ending::Completed(text),
+                    ProviderEvent::Finished(TurnOutcome::Failed { code, message }) => {
+                        return Ending::Failed { code, message: redactor.text(&message) };
+                    }
+                    ProviderEvent::Finished(TurnOutcome::Interrupted) => {
+                        return Ending::Interrupted {
+                            code: code::AGENT_PROVIDER_ERROR,
+                            message: "the provider interrupted the turn on its own".into(),
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Opens an interaction for a provider request; on failure the provider gets a refusal so it
+/// never waits forever.
+#[allow(clippy::too_many_arguments)]
+async fn open(
+    inner: &Arc<Inner>,
+    task_id: &str,
+    redactor: &Redactor,
+    kind: InteractionKind,
+    native_id: String,
+    mut payload: Value,
+    deadline_at: i64,
+    commands: &mpsc::Sender<ProviderCommand>,
+) -> Option<Pending> {
+    redactor.value(&mut payload);
+    let problem = match kind {
+        InteractionKind::Approval => super::interact::normalize_approval(&mut payload).err(),
+        InteractionKind::Question => super::interact::check_question(&payload).err(),
+    };
+    let too_big = payload.to_string().len() > MAX_TEXT_BYTES;
+    let refuse = |why: String| async move {
+        tracing::warn!(task_id, "refused a provider request: {why}");
+        record(inner, task_id, redactor, "provider.warning", json!({ "message": why }), false).await;
+        let command = match kind {
+            InteractionKind::Approval => ProviderCommand::Approval { native_id, decision: "deny".into(), granted_permission_ids: vec![] },
+            InteractionKind::Question => ProviderCommand::Answers { native_id, answers: json!([]) },
+        };
+        let _ = commands.send(command).await;
+        None
+    };
+    if let Some(why) = problem {
+        return refuse(format!("invalid {} from the provider: {why}", kind.as_str())).await;
+    }
+    if too_big {
+        return refuse(format!("the {} is larger than {MAX_TEXT_BYTES} bytes", kind.as_str())).await;
+    }
+    let now = inner.clock.now_ms();
+    let timeout_ms = (inner.config.limits.interaction_timeout_seconds as i64).saturating_mul(1000);
+    let new = NewInteraction {
+        request_id: crate::ids::request_id(),
+        kind,
+        payload_json: payload.to_string(),
+        expires_at: deadline_at.min(now + timeout_ms),
+    };
+    let (tid, n) = (task_id.to_owned(), new.clone());
+    let opened = inner.store.call(move |s| s.open_interaction(&tid, &n, now)).await;
+    inner.changes.notify(task_id);
+    match opened {
+        Ok(_) => Some(Pending { request_id: new.request_id, native_id, kind, expires_at: new.expires_at }),
+        Err(e) => refuse(format!("cannot open the {}: {e}", kind.as_str())).await,
+    }
+}
+
+/// A deadline fired: persist `interrupted` first (reads agree at once), then interrupt the
+/// provider within the bound.
+async fn timed_out(
+    inner: &Arc<Inner>,
+    task_id: &str,
+    session: &mut Session,
+    redactor: &Redactor,
+    error_code: &'static str,
+    expired: Option<Pending>,
+) -> Ending {
+    if let Some(p) = &expired {
+        let event = NewEvent::new("interaction.expired", json!({ "request_id": p.request_id, "kind": p.kind.as_str() }));
+        let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
+        let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
+    }
+    let message = match error_code {
+        code::AGENT_INTERACTION_TIMED_OUT => "nobody answered the pending request in time (SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS)",
+        _ => "the task ran past its deadline (SERVERFS_AGENT_TASK_TIMEOUT_SECONDS)",
+    };
+    let fields = TransitionFields {
+        error_code: Some(error_code.to_owned()),
+        error_message: Some(message.to_owned()),
+        event: lifecycle("task.interrupted", json!({ "error_code": error_code })),
+        ..Default::default()
+    };
+    let _ = transition(inner, task_id, TaskStatus::Interrupted, fields).await;
+    interrupt(inner, task_id, session, redactor).await;
+    Ending::AlreadyTerminal
+}
+
+/// Asks the provider to stop its turn, once, and waits for the turn's end at most
+/// [`INTERRUPT_BOUND`]; events that arrive meanwhile are still recorded.
+async fn interrupt(inner: &Arc<Inner>, task_id: &str, session: &mut Session, redactor: &Redactor) {
+    let _ = session.commands().send(ProviderCommand::Interrupt).await;
+    let wait = async {
+        while let Some(event) = session.next_event().await {
+            match event {
+                ProviderEvent::Event { event_type, payload } => {
+                    record(inner, task_id, redactor, &event_type, payload, true).await;
+                }
+                ProviderEvent::Finished(_) => return,
+                _ => {}
+            }
+        }
+    };
+    if tokio::time::timeout(INTERRUPT_BOUND, wait).await.is_err() {
+        tracing::warn!(task_id, "the provider did not confirm the interrupt in time; stopping it");
+    }
+}
+
+/// Records a provider or lifecycle event: redacted, bounded to [`MAX_EVENT_BYTES`], and (for
+/// provider events) subject to the per-task cap.
+async fn record(inner: &Arc<Inner>, task_id: &str, redactor: &Redactor, event_type: &str, mut payload: Value, capped: bool) {
+    let valid_type = event_type.len() <= 64
+        && event_type.contains('.')
+        && event_type.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+    let event_type = if valid_type { event_type } else { "provider.event" };
+    if !payload.is_object() {
+        payload = json!({ "value": payload });
+    }
+    redactor.value(&mut payload);
+    let text = payload.to_string();
+    if text.len() > MAX_EVENT_BYTES {
+        payload = bound_payload(&payload, &text);
+    }
+    let event = NewEvent::new(event_type, payload);
+    let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let cap = capped.then_some(MAX_EVENTS_PER_TASK);
+    if let Err(e) = inner.store.call(move |s| s.append_event(&tid, &event, cap, now)).await {
+        tracing::warn!(task_id, cause = %e, "cannot record an event");
+    }
+}
+
+/// Shrinks an oversized payload: a long `text` keeps a UTF-8-safe preview, anything else is
+/// replaced by its size and hash.
+fn bound_payload(payload: &Value, text: &str) -> Value {
+    let sha256 = results::sha256_hex(text.as_bytes());
+    if let Some(full) = payload.get("text").and_then(Value::as_str) {
+        let mut keep = MAX_EVENT_BYTES / 2;
+        loop {
+            let preview = results::utf8_prefix(full, keep);
+            let candidate = json!({
+                "text": preview,
+                "truncated": true,
+                "size_bytes": full.len(),
+                "sha256": results::sha256_hex(full.as_bytes()),
+            });
+            if candidate.to_string().len() <= MAX_EVENT_BYTES || keep == 0 {
+                return candidate;
+            }
+            keep /= 2;
+        }
+    }
+    json!({ "truncated": true, "size_bytes": text.len(), "sha256": sha256 })
+}
+
+/// Persists the ending, then releases what the task held: the writer lease always (the
+/// provider's cleanup is over), the guard only on proof.
+async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &Redactor) {
+    let Job { inner, task, lease, .. } = job;
+    let task_id = task.task_id.clone();
+    match ending {
+        Ending::AlreadyTerminal => {}
+        Ending::Completed(text) => {
+            let text = redactor.text(&text);
+            let (state_dir, id, threshold) =
+                (inner.config.state_dir.clone(), task_id.clone(), inner.config.limits.result_spool_threshold_bytes);
+            let stored = tokio::task::spawn_blocking(move || results::store(&state_dir, &id, &text, threshold))
+                .await
+                .unwrap_or_else(|e| Err(crate::error::ToolError::internal("result storage failed", e)));
+            match stored {
+                Ok(result) => {
+                    if result.storage == "spool" {
+                        let event = NewEvent::new("task.result_spooled", json!({ "size_bytes": result.size_bytes, "sha256": result.sha256 }));
+                        let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+                        let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
+                    }
+                    let fields = TransitionFields {
+                        event: lifecycle("task.completed", json!({ "result_storage": result.storage, "result_size_bytes": result.size_bytes })),
+                        result: Some(result),
+                        ..Default::default()
+                    };
+                    if transition(&inner, &task_id, TaskStatus::Succeeded, fields).await.is_err() {
+                        // The task was cancelled or interrupted meanwhile: the late result is
+                        // discarded, and so is its spool file.
+                        results::delete(&inner.config.state_dir, &task_id);
+                    }
+                }
+                Err(e) => fail(&inner, &task_id, e.code, e.message).await,
+            }
+        }
+        Ending::Failed { code, message } => fail(&inner, &task_id, code, message).await,
+        Ending::Interrupted { code, message } => {
+            let fields = TransitionFields {
+                error_code: Some(code.to_owned()),
+                error_message: Some(message),
+                event: lifecycle("task.interrupted", json!({ "error_code": code })),
+                ..Default::default()
+            };
+            let _ = transition(&inner, &task_id, TaskStatus::Interrupted, fields).await;
+        }
+    }
+    let id = task_id.clone();
+    if let Ok(Some(row)) = inner.store.call(move |s| s.get_task(&id)).await {
+        if row.events_dropped > 0 {
+            let event = NewEvent::new("events.dropped", json!({ "count": row.events_dropped }));
+            let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+            let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
+        }
+    }
+    let holds_guard = lease.is_some();
+    drop(lease);
+    if holds_guard {
+        let proven = match &proof {
+            Some(p) => p.proven(),
+            None => {
+                let id = task_id.clone();
+                tokio::task::spawn_blocking(move || marker_pids(&id).is_empty()).await.unwrap_or(false)
+            }
+        };
+        if proven {
+            let (alias, id) = (task.workdir_alias.clone(), task_id.clone());
+            if let Err(e) = inner.store.call(move |s| s.clear_guard(&alias, &id)).await {
+                tracing::warn!(task_id, cause = %e, "cannot clear the recovery guard");
+            }
+        } else {
+            tracing::warn!(task_id, ?proof, "provider stop not proven; the workdir keeps its recovery guard");
+        }
+    }
+    inner.active.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+    inner.changes.notify(&task_id);
+    inner.collect_garbage().await;
+}
+
+/// Fails a task; an error while it waits for a human interrupts it instead (the transition
+/// matrix has no `waiting_* → failed`).
+async fn fail(inner: &Arc<Inner>, task_id: &str, error_code: &'static str, message: String) {
+    let fields = |event: &str| TransitionFields {
+        error_code: Some(error_code.to_owned()),
+        error_message: Some(message.clone()),
+        event: lifecycle(event, json!({ "error_code": error_code })),
+        ..Default::default()
+    };
+    match transition(inner, task_id, TaskStatus::Failed, fields("task.failed")).await {
+        Err(StoreError::InvalidTransition { from, .. }) if from.starts_with("waiting_") => {
+            let _ = transition(inner, task_id, TaskStatus::Interrupted, fields("task.interrupted")).await;
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,287 @@
+//! Submission: policy checks, retry-safe idempotency, the writer lease and recovery guard,
+//! the immutable manifest, and the hand-off to a runner. Never waits for the provider.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::manifest::{self, ManifestInput, Submission};
+use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, paths, runner};
+use crate::config::{AgentMode, RuntimeName};
+use crate::error::{ToolError, code};
+use crate::lease::LeaseError;
+use crate::model::{Principal, Profile};
+use crate::store::events::NewEvent;
+use crate::store::tasks::{Inserted, NewGuard, NewTask, TaskRow};
+
+/// A validated `submit_agent_task` call.
+#[derive(Debug, Clone)]
+pub struct SubmitRequest {
+    /// Runtime name.
+    pub runtime: RuntimeName,
+    /// Workdir alias.
+    pub workdir: String,
+    /// The objective.
+    pub prompt: String,
+    /// Relative cwd.
+    pub path: String,
+    /// Profile.
+    pub profile: Profile,
+    /// Requested model.
+    pub model: Option<String>,
+    /// Continuation source.
+    pub continue_from_task_id: Option<String>,
+    /// Caller metadata.
+    pub correlation_id: Option<String>,
+    /// Retry key.
+    pub idempotency_key: Option<String>,
+}
+
+/// Checks an opaque caller string: at most `max` UTF-8 bytes and no control characters.
+fn check_opaque(param: &str, value: &Option<String>, max: usize) -> Result<(), ToolError> {
+    if let Some(v) = value {
+        if v.len() > max {
+            return Err(ToolError::invalid(param, format!("must be at most {max} UTF-8 bytes")));
+        }
+        if v.chars().any(char::is_control) {
+            return Err(ToolError::invalid(param, "must not contain control characters"));
+        }
+    }
+    Ok(())
+}
+
+fn handle(row: &TaskRow, replay: bool) -> Value {
+    json!({
+        "task_id": row.task_id,
+        "status": row.status.as_str(),
+        "correlation_id": row.correlation_id,
+        "idempotency_key": row.idempotency_key,
+        "created_at": crate::clock::rfc3339(row.created_at),
+        "idempotent_replay": replay,
+    })
+}
+
+/// Returns the retained task when the fingerprint matches, the conflict otherwise.
+fn replay(row: TaskRow, fingerprint: &str) -> Result<Value, ToolError> {
+    if row.request_fingerprint.as_deref() == Some(fingerprint) {
+        Ok(handle(&row, true))
+    } else {
+        Err(ToolError::from(crate::store::StoreError::IdempotencyConflict))
+    }
+}
+
+impl TaskService {
+    /// `submit_agent_task`: returns `queued` (or the retained task for a replayed key) at once.
+    pub async fn submit(&self, principal: &Principal, req: SubmitRequest) -> Result<Value, ToolError> {
+        let inner = &self.inner;
+        if req.prompt.len() > MAX_TEXT_BYTES {
+            return Err(ToolError::new(code::AGENT_PROMPT_TOO_LARGE, format!("the prompt is larger than {MAX_TEXT_BYTES} bytes")));
+        }
+        if req.prompt.trim().is_empty() {
+            return Err(ToolError::invalid("prompt", "must not be empty"));
+        }
+        check_opaque("idempotency_key", &req.idempotency_key, 256)?;
+        if req.idempotency_key.as_deref() == Some("") {
+            return Err(ToolError::invalid("idempotency_key", "must not be empty"));
+        }
+        check_opaque("correlation_id", &req.correlation_id, 256)?;
+        check_opaque("model", &req.model, 512)?;
+
+        let workdir = inner.workdir(principal, &req.workdir)?.clone();
+        if workdir.agent_mode == AgentMode::Disabled {
+            return Err(ToolError::new(code::AGENT_DISABLED, format!("agents are disabled on workdir {:?}", workdir.alias)));
+        }
+        if !workdir.runtimes.contains(&req.runtime) {
+            return Err(ToolError::new(
+                code::AGENT_RUNTIME_NOT_ALLOWED,
+                format!("runtime {} is not allowed on workdir {:?}", req.runtime.as_str(), workdir.alias),
+            ));
+        }
+        let mode_allows = match req.profile {
+            Profile::Review => true,
+            Profile::WorkspaceWrite => workdir.agent_mode == AgentMode::WorkspaceWrite && !workdir.read_only,
+        };
+        if !mode_allows {
+            return Err(ToolError::new(
+                code::AGENT_PROFILE_NOT_ALLOWED,
+                format!("profile {} is not allowed on workdir {:?} (mode {})", req.profile.as_str(), workdir.alias, workdir.agent_mode.as_str()),
+            ));
+        }
+        let path = paths::normalize(&req.path)?;
+        let submission = Submission {
+            runtime: req.runtime.as_str(),
+            workdir: &workdir.alias,
+            path: &path,
+            profile: req.profile.as_str(),
+            prompt: &req.prompt,
+            model: req.model.as_deref(),
+            continue_from_task_id: req.continue_from_task_id.as_deref(),
+            correlation_id: req.correlation_id.as_deref(),
+        };
+        let fingerprint = manifest::fingerprint(&submission);
+
+        // Lookup 1: a retry never takes a lease, probes a runtime or touches the provider.
+        if let Some(key) = &req.idempotency_key {
+            let (p, k) = (principal.name.clone(), key.clone());
+            if let Some(row) = inner.store.call(move |s| s.find_by_idempotency_key(&p, &k)).await? {
+                return replay(row, &fingerprint);
+            }
+        }
+
+        let info = inner.providers.probe(req.runtime).await;
+        if !info.available {
+            return Err(ToolError::new(
+                code::AGENT_RUNTIME_UNAVAILABLE,
+                format!("runtime {} is unavailable: {}", req.runtime.as_str(), info.detail.as_deref().unwrap_or("no detail")),
+            ));
+        }
+        let resume_session = match &req.continue_from_task_id {
+            Some(prior) => Some(self.check_continuation(principal, prior, &req).await?),
+            None => None,
+        };
+        let root = workdir.path.clone();
+        let rel = path.clone();
+        let cwd = tokio::task::spawn_blocking(move || paths::resolve(&root, &rel))
+            .await
+            .map_err(|e| ToolError::internal("path resolution failed", e))??;
+
+        inner.collect_garbage().await;
+
+        let _critical = inner.submit_lock.lock().await;
+        // Lookup 2, under the submit critical section, before any lease or row.
+        if let Some(key) = &req.idempotency_key {
+            let (p, k) = (principal.name.clone(), key.clone());
+            if let Some(row) = inner.store.call(move |s| s.find_by_idempotency_key(&p, &k)).await? {
+                return replay(row, &fingerprint);
+            }
+        }
+        let writer = req.profile == Profile::WorkspaceWrite;
+        let lease = if writer {
+            inner.reconcile_guard(&workdir.alias).await?;
+            let leases = inner.leases.clone();
+            let slot = workdir.slot;
+            match tokio::task::spawn_blocking(move || leases.try_acquire(slot)).await {
+                Ok(Ok(lease)) => Some(lease),
+                Ok(Err(LeaseError::Busy)) => {
+                    return Err(ToolError::new(code::WORKDIR_BUSY, format!("workdir {:?} is busy with another writer", workdir.alias)));
+                }
+                Ok(Err(e)) => return Err(ToolError::internal("cannot take the writer lease", e)),
+                Err(e) => return Err(ToolError::internal("cannot take the writer lease", e)),
+            }
+        } else {
+            None
+        };
+
+        let now = inner.clock.now_ms();
+        let deadline_at = now + (inner.config.limits.task_timeout_seconds as i64).saturating_mul(1000);
+        let (manifest_json, manifest_sha256) = manifest::build(&ManifestInput {
+            submission: &submission,
+            runtime_version: info.version.as_deref(),
+            workdir: &workdir,
+            limits: &inner.config.limits,
+            principal: &principal.name,
+            idempotency_key: req.idempotency_key.as_deref(),
+            deadline_at,
+        });
+        let new = NewTask {
+            task_id: crate::ids::task_id(),
+            principal: principal.name.clone(),
+            runtime: req.runtime.as_str().to_owned(),
+            workdir_alias: workdir.alias.clone(),
+            relative_cwd: path.clone(),
+            profile: req.profile.as_str().to_owned(),
+            requested_model: req.model.clone(),
+            created_at: now,
+            deadline_at,
+            continue_from_task_id: req.continue_from_task_id.clone(),
+            correlation_id: req.correlation_id.clone(),
+            idempotency_key: req.idempotency_key.clone(),
+            request_fingerprint: req.idempotency_key.as_ref().map(|_| fingerprint.clone()),
+            manifest_json,
+            manifest_sha256,
+        };
+        let guard = writer.then(|| NewGuard { workdir_alias: workdir.alias.clone() });
+        let event = NewEvent::new(
+            "task.submitted",
+            json!({ "runtime": new.runtime, "workdir": new.workdir_alias, "profile": new.profile }),
+        );
+        let max_active = inner.config.limits.max_active_tasks;
+        let inserted = {
+            let new = new.clone();
+            inner.store.call(move |s| s.insert_task(&new, max_active, guard.as_ref(), &event)).await?
+        };
+        let row = match inserted {
+            Inserted::Created(row) => row,
+            Inserted::Existing(row) => return replay(row, &fingerprint),
+        };
+
+        let (control_tx, control_rx) = mpsc::channel(16);
+        let cancel = inner.shutdown.child_token();
+        inner.active.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            row.task_id.clone(),
+            Active { cancel: cancel.clone(), control: control_tx, runtime: req.runtime },
+        );
+        let job = runner::Job {
+            inner: Arc::clone(inner),
+            task: row.clone(),
+            runtime: req.runtime,
+            cwd,
+            profile: req.profile,
+            prompt: req.prompt,
+            model: req.model,
+            resume_session,
+            lease,
+            cancel,
+            control: control_rx,
+        };
+        inner.tracker.spawn(runner::run(job));
+        Ok(handle(&row, false))
+    }
+
+    /// Checks a continuation source and returns the native session to resume.
+    async fn check_continuation(&self, principal: &Principal, prior_id: &str, req: &SubmitRequest) -> Result<String, ToolError> {
+        let prior = self.inner.visible_task(principal, prior_id).await?;
+        let not_resumable = |why: &str| ToolError::new(code::AGENT_SESSION_NOT_RESUMABLE, why.to_owned());
+        if prior.runtime != req.runtime.as_str() {
+            return Err(not_resumable("a continuation must use the same runtime as the task it continues"));
+        }
+        if prior.workdir_alias != req.workdir {
+            return Err(not_resumable("a continuation must use the same workdir as the task it continues"));
+        }
+        if !prior.status.is_terminal() {
+            return Err(not_resumable("the task to continue has not finished yet"));
+        }
+        if prior.profile == Profile::Review.as_str() && req.profile == Profile::WorkspaceWrite {
+            return Err(ToolError::new(code::AGENT_PROFILE_NOT_ALLOWED, "a review task cannot be continued as workspace-write"));
+        }
+        prior
+            .native_session_id
+            .ok_or_else(|| not_resumable("the task to continue has no session to resume"))
+    }
+}
+
+impl Inner {
+    /// Lazy reconciliation at submit of a writer: a guard left by a task whose stop can now be
+    /// proven is cleared (the task, if still non-terminal, is interrupted); otherwise the
+    /// workdir stays closed with `WORKDIR_RECOVERY_REQUIRED`.
+    async fn reconcile_guard(self: &Arc<Self>, alias: &str) -> Result<(), ToolError> {
+        let a = alias.to_owned();
+        let Some(guard) = self.store.call(move |s| s.get_guard(&a)).await? else {
+            return Ok(());
+        };
+        let live = self.active.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&guard.task_id);
+        if live {
+            return Err(ToolError::new(code::WORKDIR_BUSY, format!("workdir {alias:?} is busy with another writer")));
+        }
+        if self.try_clear_guard(&guard, crate::error::code::AGENT_PROVIDER_INACTIVE).await {
+            Ok(())
+        } else {
+            Err(ToolError::new(
+                code::WORKDIR_RECOVERY_REQUIRED,
+                format!("workdir {alias:?} is closed: the stop of task {} is not proven; see `agent-bridge doctor`", guard.task_id),
+            ))
+        }
+    }
+}
+
