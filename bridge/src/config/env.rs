@@ -1,18 +1,383 @@
-//! `.env` → [`BridgeConfig`] validation (stub, replaced by the config work).
+//! `.env` → [`BridgeConfig`]: strict validation that reports every problem at once.
+//!
+//! [`from_env_file`] reads and parses the operator's `.env`, [`from_pairs`] validates parsed
+//! pairs in an explicit [`Context`] (so tests do not depend on the real home directory), and
+//! [`check_rules`] re-checks a config loaded from JSON. Keys outside the catalog in
+//! [`super::keys`] are refused when they look like ours (`SERVERFS_*`, `WORKDIR_*`) and listed
+//! as ignored otherwise. No message ever shows the value of a secret-looking key.
 
-use super::BridgeConfig;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
-/// Every refusal found in a configuration.
-#[derive(Debug, Default)]
-pub struct Refusals(pub Vec<String>);
+use super::RuntimeBinary;
+use super::dotenv::{self, Entry};
+use super::keys::{self, Owner};
+pub use super::refusals::{Refusal, Refusals};
+pub use super::report::{EnvReport, IgnoredKey, IgnoredKind, OtherSettings};
+use super::values::{MAX_HOURS, MAX_SECONDS, Reader, shown};
+use super::workdirs::{self, GlobalPolicy};
+use super::{BridgeConfig, Limits, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role};
 
-impl std::fmt::Display for Refusals {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0.join("; "))
+/// Where the values are read: what `~/` means and who the bridge runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    /// The directory `~/` expands to.
+    pub home: PathBuf,
+    /// The bridge's own uid.
+    pub uid: u32,
+    /// The bridge's own gid.
+    pub gid: u32,
+}
+
+impl Context {
+    /// The running process's context: `HOME` (or the password database) and its own ids.
+    pub fn current() -> Result<Context, Refusals> {
+        let uid = nix::unistd::getuid();
+        let gid = nix::unistd::getgid().as_raw();
+        let from_env = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute());
+        let home = from_env.or_else(|| {
+            nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map(|user| user.dir)
+        });
+        match home {
+            Some(home) => Ok(Context {
+                home,
+                uid: uid.as_raw(),
+                gid,
+            }),
+            None => Err(Refusals::single(
+                None,
+                "cannot tell the home directory: HOME is unset or relative and the \
+                 password database has no entry for this user",
+            )),
+        }
     }
 }
 
-/// Re-checks the rules a loaded JSON config must satisfy.
-pub fn check_rules(_config: &BridgeConfig) -> Result<(), Refusals> {
-    Ok(())
+/// Reads, parses and validates a `.env` file in the running process's [`Context`].
+pub fn from_env_file(path: &Path) -> Result<EnvReport, Refusals> {
+    let entries = read_entries(path)?;
+    from_pairs(&entries, &Context::current()?)
 }
+
+/// Reads, parses and validates a `.env` file in an explicit context.
+pub fn from_env_file_with(path: &Path, context: &Context) -> Result<EnvReport, Refusals> {
+    from_pairs(&read_entries(path)?, context)
+}
+
+/// Reads and parses a `.env` file; every syntax error becomes a refusal.
+fn read_entries(path: &Path) -> Result<Vec<Entry>, Refusals> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Refusals::single(None, format!("cannot read {}: {e}", path.display())))?;
+    dotenv::parse(&bytes).map_err(|errors| {
+        let mut refusals = Refusals::default();
+        for error in errors {
+            refusals.push(error.key.as_deref(), error.to_string());
+        }
+        refusals
+    })
+}
+
+/// Validates parsed `.env` pairs in an explicit context.
+pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Refusals> {
+    let mut values: HashMap<&str, &str> = HashMap::new();
+    let mut first_line: HashMap<&str, usize> = HashMap::new();
+    let mut ignored = Vec::new();
+    let mut unknown = Refusals::default();
+    for entry in entries {
+        let key = entry.key.as_str();
+        let first = *first_line.entry(key).or_insert(entry.line);
+        if first != entry.line {
+            let message = format!("set twice (lines {first} and {})", entry.line);
+            unknown.push(Some(key), message);
+            continue;
+        }
+        match keys::lookup(key).map(|known| known.spec.owner) {
+            Some(Owner::Ours) => {
+                values.insert(key, entry.value.as_str());
+            }
+            Some(Owner::ServerFsIgnored) => {
+                ignored.push(IgnoredKey {
+                    key: key.to_owned(),
+                    line: entry.line,
+                    kind: IgnoredKind::ServerFs,
+                });
+            }
+            None if keys::in_our_namespace(key) => {
+                unknown.push(Some(key), keys::unknown_key_message(key))
+            }
+            None => {
+                ignored.push(IgnoredKey {
+                    key: key.to_owned(),
+                    line: entry.line,
+                    kind: IgnoredKind::OtherProgram,
+                });
+            }
+        }
+    }
+
+    let mut reader = Reader::new(values, context);
+    reader.refusals = unknown;
+    let config = read_bridge_config(&mut reader);
+    let other = read_other_settings(&mut reader);
+    let refusals = std::mem::take(&mut reader.refusals);
+    let (config, other) = refusals.into_result((config, other))?;
+    let (Some(config), Some(other)) = (config, other) else {
+        // Every `None` above comes with a refusal, so this is only reached by a bug.
+        let message = "the configuration is incomplete although no refusal was recorded";
+        return Err(Refusals::single(None, message));
+    };
+    check_rules(&config)?;
+    Ok(EnvReport {
+        config,
+        other,
+        ignored,
+        own_uid: context.uid,
+        own_gid: context.gid,
+    })
+}
+
+/// Reads every key that ends up in [`BridgeConfig`].
+fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
+    let socket_dir = reader
+        .path("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR")
+        .flatten();
+    let lock_dir = reader.path("SERVERFS_AGENT_LOCK_HOST_DIR").flatten();
+    let state_dir = reader.path("SERVERFS_AGENT_BRIDGE_STATE_DIR").flatten();
+    let allowed_peer_uid = reader.id("SERVERFS_AGENT_PEER_UID");
+    let allowed_peer_gid = reader.id("SERVERFS_AGENT_PEER_GID");
+    let allow_root = reader.boolean("SERVERFS_AGENT_ALLOW_ROOT");
+    let enable_fake_runtime = reader.boolean("SERVERFS_AGENT_ENABLE_FAKE_RUNTIME");
+    let limits = read_limits(reader);
+    let mcp_auth = read_mcp_auth(reader);
+    let codex = RuntimeBinary {
+        bin: reader.path("SERVERFS_CODEX_BIN").flatten(),
+        home: reader.path("SERVERFS_CODEX_HOME").flatten(),
+    };
+    let claude = RuntimeBinary {
+        bin: reader.path("SERVERFS_CLAUDE_BIN").flatten(),
+        home: reader.path("SERVERFS_CLAUDE_CONFIG_DIR").flatten(),
+    };
+    let policy = GlobalPolicy::read(reader, enable_fake_runtime);
+    let workdirs = workdirs::read_workdirs(reader, &policy);
+    Some(BridgeConfig {
+        socket_path: socket_dir?.join("bridge.sock"),
+        state_dir: state_dir?,
+        lock_dir: lock_dir?,
+        allowed_peer_uid: allowed_peer_uid?,
+        allowed_peer_gid: allowed_peer_gid?,
+        allow_root: allow_root?,
+        enable_fake_runtime: enable_fake_runtime?,
+        limits: limits?,
+        mcp_auth: mcp_auth?,
+        codex,
+        claude,
+        workdirs,
+    })
+}
+
+/// Reads the lifecycle limits (seed 001 §4) and the result spool threshold.
+fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
+    let task_timeout = reader.positive("SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", MAX_SECONDS);
+    let interaction = reader.positive("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", MAX_SECONDS);
+    let max_active = reader.positive("SERVERFS_AGENT_MAX_ACTIVE_TASKS", u64::from(u32::MAX));
+    let retention = reader.positive("SERVERFS_AGENT_TASK_RETENTION_HOURS", MAX_HOURS);
+    let threshold = reader.positive(
+        "SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES",
+        MAX_SPOOLED_RESULT_BYTES,
+    );
+    let idle_key = "SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS";
+    let idle = if reader.effective(idle_key).is_some() {
+        Some(reader.positive(idle_key, MAX_SECONDS)?)
+    } else {
+        None
+    };
+    Some(Limits {
+        task_timeout_seconds: task_timeout?,
+        interaction_timeout_seconds: interaction?,
+        max_active_tasks: u32::try_from(max_active?).ok()?,
+        retention_hours: retention?,
+        result_spool_threshold_bytes: threshold?,
+        event_idle_timeout_seconds: idle,
+    })
+}
+
+/// Reads how MCP callers are authenticated.
+fn read_mcp_auth(reader: &mut Reader<'_>) -> Option<McpAuth> {
+    let key = "SERVERFS_MCP_AUTH";
+    let text = reader.effective(key).unwrap_or("bearer");
+    let mode = match text.to_ascii_lowercase().as_str() {
+        "bearer" => Some(McpAuthMode::Bearer),
+        "none" => Some(McpAuthMode::None),
+        _ => {
+            reader.refuse(
+                key,
+                format!(
+                    "{} is not an auth mode (use bearer or none)",
+                    shown(key, text)
+                ),
+            );
+            None
+        }
+    };
+    let key = "SERVERFS_MCP_TUNNEL_PRINCIPAL";
+    let text = reader.effective(key).unwrap_or("tunnel");
+    let principal = if is_valid_principal(text) {
+        Some(text.to_owned())
+    } else {
+        let message = format!(
+            "{} is not a principal name (1 to 64 letters, digits, @, ., _ or -)",
+            shown(key, text)
+        );
+        reader.refuse(key, message);
+        None
+    };
+    let key = "SERVERFS_MCP_TUNNEL_ROLE";
+    let text = reader.effective(key).unwrap_or("operator");
+    let role = Role::parse(text);
+    if role.is_none() {
+        reader.refuse(
+            key,
+            format!(
+                "{} is not a role (use viewer, operator or admin)",
+                shown(key, text)
+            ),
+        );
+    }
+    Some(McpAuth {
+        mode: mode?,
+        tunnel_principal: principal?,
+        tunnel_role: role?,
+    })
+}
+
+/// Whether a tunnel principal matches `[A-Za-z0-9@._-]{1,64}`.
+fn is_valid_principal(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'@' | b'.' | b'_' | b'-'))
+}
+
+/// Reads the settings of `mcp-front` and the board, which [`BridgeConfig`] does not hold.
+fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
+    let bridge_socket = reader.path("SERVERFS_AGENT_BRIDGE_SOCKET");
+    let bridge_timeout = reader.positive("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", MAX_SECONDS);
+    let mcp_listen = reader.socket_addr("SERVERFS_MCP_LISTEN");
+    let board_addr = reader.socket_addr("SERVERFS_BOARD_ADDR");
+    let allowed_hosts = reader.list("SERVERFS_MCP_ALLOWED_HOSTS");
+    for host in &allowed_hosts {
+        if host.contains(char::is_whitespace) || host.contains('/') {
+            let message = format!("{host:?} is not a host name (no spaces, no scheme, no path)");
+            reader.refuse("SERVERFS_MCP_ALLOWED_HOSTS", message);
+        }
+    }
+    let allowed_origins = reader.list("SERVERFS_MCP_ALLOWED_ORIGINS");
+    for origin in &allowed_origins {
+        let has_scheme = origin.starts_with("http://") || origin.starts_with("https://");
+        if !has_scheme || origin.contains(char::is_whitespace) {
+            let message = format!("{origin:?} is not an origin such as https://chatgpt.com");
+            reader.refuse("SERVERFS_MCP_ALLOWED_ORIGINS", message);
+        }
+    }
+    let key = "SERVERFS_LOG_LEVEL";
+    let text = reader.effective(key).unwrap_or("INFO");
+    let log_level = match text.to_ascii_uppercase().as_str() {
+        level @ ("TRACE" | "DEBUG" | "INFO" | "WARN" | "WARNING" | "ERROR") => {
+            Some(level.to_owned())
+        }
+        _ => {
+            let message = format!(
+                "{} is not a log level (use TRACE, DEBUG, INFO, WARNING or ERROR)",
+                shown(key, text)
+            );
+            reader.refuse(key, message);
+            None
+        }
+    };
+    Some(OtherSettings {
+        bridge_socket: bridge_socket?,
+        bridge_timeout_seconds: bridge_timeout?,
+        mcp_listen: mcp_listen?,
+        board_addr: board_addr?,
+        allowed_hosts,
+        allowed_origins,
+        log_level: log_level?,
+    })
+}
+
+/// Re-checks the rules a loaded JSON config must satisfy; field paths name the culprits.
+pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
+    let mut refusals = Refusals::default();
+    for (field, path) in [
+        ("socket_path", Some(&config.socket_path)),
+        ("state_dir", Some(&config.state_dir)),
+        ("lock_dir", Some(&config.lock_dir)),
+        ("codex.bin", config.codex.bin.as_ref()),
+        ("codex.home", config.codex.home.as_ref()),
+        ("claude.bin", config.claude.bin.as_ref()),
+        ("claude.home", config.claude.home.as_ref()),
+    ] {
+        if let Some(path) = path
+            && !path.is_absolute()
+        {
+            refusals.push(
+                Some(field),
+                format!("{} is not an absolute path", path.display()),
+            );
+        }
+    }
+    let limits = &config.limits;
+    for (field, value, max) in [
+        (
+            "limits.task_timeout_seconds",
+            limits.task_timeout_seconds,
+            MAX_SECONDS,
+        ),
+        (
+            "limits.interaction_timeout_seconds",
+            limits.interaction_timeout_seconds,
+            MAX_SECONDS,
+        ),
+        (
+            "limits.max_active_tasks",
+            u64::from(limits.max_active_tasks),
+            u64::MAX,
+        ),
+        ("limits.retention_hours", limits.retention_hours, MAX_HOURS),
+        (
+            "limits.result_spool_threshold_bytes",
+            limits.result_spool_threshold_bytes,
+            MAX_SPOOLED_RESULT_BYTES,
+        ),
+        (
+            "limits.event_idle_timeout_seconds",
+            limits.event_idle_timeout_seconds.unwrap_or(1),
+            MAX_SECONDS,
+        ),
+    ] {
+        if value == 0 {
+            refusals.push(Some(field), "must be at least 1");
+        } else if value > max {
+            refusals.push(
+                Some(field),
+                format!("{value} is too large: the value must be at most {max}"),
+            );
+        }
+    }
+    if !is_valid_principal(&config.mcp_auth.tunnel_principal) {
+        refusals.push(
+            Some("mcp_auth.tunnel_principal"),
+            "is not a principal name (1 to 64 letters, digits, @, ., _ or -)",
+        );
+    }
+    workdirs::check_workdir_rules(config, &mut refusals);
+    refusals.into_result(())
+}
+
+#[cfg(test)]
+mod tests;

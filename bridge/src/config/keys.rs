@@ -1,1 +1,653 @@
-//! The catalog of `.env` keys (stub, replaced by the config work).
+//! The catalog of every `.env` key the project reads, and of the ServerFS keys it tolerates.
+//!
+//! [`KEYS`] is the single source for key names, defaults and meanings: the validator in
+//! [`super::env`] looks keys up here, and `.env.example` is checked against this table.
+//! Per-slot keys are written with the placeholder `NN` (`WORKDIR_NN_ALIAS`) and exist for the
+//! slots `01` to [`SLOT_COUNT`].
+
+/// How many `WORKDIR_NN_*` slots there are.
+pub const SLOT_COUNT: u8 = 16;
+
+/// The prefix every per-slot key starts with, before its two-digit slot number.
+pub const SLOT_PREFIX: &str = "WORKDIR_";
+
+/// The placeholder a per-slot key's name carries where the slot number goes.
+const SLOT_PLACEHOLDER: &str = "WORKDIR_NN_";
+
+/// The part of the project a key belongs to; `.env.example` is laid out by group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Group {
+    /// Where the bridge keeps its socket, locks and state.
+    Paths,
+    /// Who may connect to the bridge, and whether it may run as root.
+    Identity,
+    /// Task lifecycle limits (seed 001 §4) and result sizes.
+    Lifecycle,
+    /// The global agent policy that workdirs inherit.
+    Policy,
+    /// How `mcp-front` listens and reaches the bridge.
+    Front,
+    /// How `mcp-front` callers are authenticated.
+    Auth,
+    /// The local web board.
+    Board,
+    /// Where the agent CLIs live.
+    Runtimes,
+    /// Logging.
+    Logging,
+    /// One configured work directory (`WORKDIR_NN_*`).
+    Workdir,
+    /// ServerFS settings that agent-bridge accepts and ignores.
+    ServerFs,
+}
+
+/// Whether agent-bridge uses a key or only tolerates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// Read by the bridge, `mcp-front` or the board.
+    Ours,
+    /// A ServerFS key: accepted so a ServerFS `.env` carries over, and reported as ignored.
+    ServerFsIgnored,
+}
+
+/// One key of the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySpec {
+    /// The key's name; per-slot keys carry `NN` where the slot number goes.
+    pub name: &'static str,
+    /// The value used when the key is absent or empty, as written in `.env.example`.
+    pub default: Option<&'static str>,
+    /// The part of the project the key belongs to.
+    pub group: Group,
+    /// One line saying what the key does.
+    pub meaning: &'static str,
+    /// Whether the project uses the key or only tolerates it.
+    pub owner: Owner,
+}
+
+impl KeySpec {
+    /// Whether this key exists once per workdir slot.
+    pub fn is_per_slot(&self) -> bool {
+        self.name.starts_with(SLOT_PLACEHOLDER)
+    }
+
+    /// The key's name for one slot (`WORKDIR_03_ALIAS`); global keys return their name.
+    pub fn name_for_slot(&self, slot: u8) -> String {
+        match self.name.strip_prefix(SLOT_PLACEHOLDER) {
+            Some(suffix) => slot_key(slot, suffix),
+            None => self.name.to_owned(),
+        }
+    }
+}
+
+/// The name of a per-slot key: `slot_key(3, "ALIAS")` is `WORKDIR_03_ALIAS`.
+pub fn slot_key(slot: u8, suffix: &str) -> String {
+    format!("{SLOT_PREFIX}{slot:02}_{suffix}")
+}
+
+const fn ours(
+    name: &'static str,
+    default: Option<&'static str>,
+    group: Group,
+    meaning: &'static str,
+) -> KeySpec {
+    KeySpec {
+        name,
+        default,
+        group,
+        meaning,
+        owner: Owner::Ours,
+    }
+}
+
+const fn serverfs(name: &'static str, meaning: &'static str) -> KeySpec {
+    KeySpec {
+        name,
+        default: None,
+        group: Group::ServerFs,
+        meaning,
+        owner: Owner::ServerFsIgnored,
+    }
+}
+
+/// Every key the project knows, ours first, in `.env.example` order.
+pub static KEYS: &[KeySpec] = &[
+    ours(
+        "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR",
+        Some("~/.local/share/agent-bridge/runtime/socket"),
+        Group::Paths,
+        "Directory of the bridge's socket (bridge.sock); absolute or ~/.",
+    ),
+    ours(
+        "SERVERFS_AGENT_LOCK_HOST_DIR",
+        Some("~/.local/share/agent-bridge/runtime/locks"),
+        Group::Paths,
+        "Directory of the writer-lease lock files, one per workdir; absolute or ~/.",
+    ),
+    ours(
+        "SERVERFS_AGENT_BRIDGE_STATE_DIR",
+        Some("~/.local/state/agent-bridge"),
+        Group::Paths,
+        "Directory of the task store, result spool and instance lock; absolute or ~/.",
+    ),
+    ours(
+        "SERVERFS_AGENT_PEER_UID",
+        None,
+        Group::Identity,
+        "The uid allowed to connect to the bridge socket; empty means the bridge's own uid.",
+    ),
+    ours(
+        "SERVERFS_AGENT_PEER_GID",
+        None,
+        Group::Identity,
+        "The gid allowed to connect to the bridge socket; empty means the bridge's own gid.",
+    ),
+    ours(
+        "SERVERFS_AGENT_ALLOW_ROOT",
+        Some("false"),
+        Group::Identity,
+        "Let the bridge run as root; leave false.",
+    ),
+    ours(
+        "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS",
+        Some("7200"),
+        Group::Lifecycle,
+        "Task timeout: the longest a task may live, in seconds.",
+    ),
+    ours(
+        "SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS",
+        Some("1800"),
+        Group::Lifecycle,
+        "Interaction timeout: how long one approval or question may wait, in seconds.",
+    ),
+    ours(
+        "SERVERFS_AGENT_MAX_ACTIVE_TASKS",
+        Some("4"),
+        Group::Lifecycle,
+        "The most tasks that may be unfinished at once, all callers together.",
+    ),
+    ours(
+        "SERVERFS_AGENT_TASK_RETENTION_HOURS",
+        Some("168"),
+        Group::Lifecycle,
+        "Terminal retention: how long a finished task is kept, in hours.",
+    ),
+    ours(
+        "SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES",
+        Some("262144"),
+        Group::Lifecycle,
+        "Results larger than this many bytes are spooled to a file (at most 8388608).",
+    ),
+    ours(
+        "SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS",
+        None,
+        Group::Lifecycle,
+        "Event-idle timeout: longest provider silence, human waits aside, in seconds; empty = off.",
+    ),
+    ours(
+        "SERVERFS_AGENT_MODE",
+        Some("disabled"),
+        Group::Policy,
+        "Agent mode of workdirs that set none: disabled, review or workspace-write.",
+    ),
+    ours(
+        "SERVERFS_AGENT_RUNTIMES",
+        None,
+        Group::Policy,
+        "Runtimes of workdirs that list none, comma-separated: codex, claude, fake.",
+    ),
+    ours(
+        "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME",
+        Some("false"),
+        Group::Policy,
+        "Offer the scripted fake runtime, for tests only.",
+    ),
+    ours(
+        "SERVERFS_AGENT_BRIDGE_SOCKET",
+        None,
+        Group::Front,
+        "The bridge socket's path as mcp-front sees it (inside its container when it runs in one).",
+    ),
+    ours(
+        "SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS",
+        Some("30"),
+        Group::Front,
+        "Front-to-bridge RPC timeout: one call from mcp-front to the bridge, in seconds.",
+    ),
+    ours(
+        "SERVERFS_MCP_LISTEN",
+        Some("127.0.0.1:8765"),
+        Group::Front,
+        "The address mcp-front listens on (IP:port).",
+    ),
+    ours(
+        "SERVERFS_MCP_ALLOWED_HOSTS",
+        None,
+        Group::Front,
+        "Host header values mcp-front accepts besides its listen address, comma-separated.",
+    ),
+    ours(
+        "SERVERFS_MCP_ALLOWED_ORIGINS",
+        None,
+        Group::Front,
+        "Origin header values mcp-front accepts, comma-separated.",
+    ),
+    ours(
+        "SERVERFS_MCP_AUTH",
+        Some("bearer"),
+        Group::Auth,
+        "How MCP callers are identified: bearer (API keys) or none (tunnel mode).",
+    ),
+    ours(
+        "SERVERFS_MCP_TUNNEL_PRINCIPAL",
+        Some("tunnel"),
+        Group::Auth,
+        "In tunnel mode, the principal every caller becomes.",
+    ),
+    ours(
+        "SERVERFS_MCP_TUNNEL_ROLE",
+        Some("operator"),
+        Group::Auth,
+        "In tunnel mode, that principal's role: viewer, operator or admin.",
+    ),
+    ours(
+        "SERVERFS_BOARD_ADDR",
+        Some("127.0.0.1:7878"),
+        Group::Board,
+        "The address the local web board listens on (IP:port).",
+    ),
+    ours(
+        "SERVERFS_CODEX_BIN",
+        None,
+        Group::Runtimes,
+        "Absolute path of the codex executable; empty means found on PATH.",
+    ),
+    ours(
+        "SERVERFS_CODEX_HOME",
+        Some("~/.codex"),
+        Group::Runtimes,
+        "Codex's home, where its sessions are kept; absolute or ~/.",
+    ),
+    ours(
+        "SERVERFS_CLAUDE_BIN",
+        None,
+        Group::Runtimes,
+        "Absolute path of the claude executable; empty means found on PATH.",
+    ),
+    ours(
+        "SERVERFS_CLAUDE_CONFIG_DIR",
+        None,
+        Group::Runtimes,
+        "Claude Code's configuration directory; empty means its own default.",
+    ),
+    ours(
+        "SERVERFS_LOG_LEVEL",
+        Some("INFO"),
+        Group::Logging,
+        "Log level: TRACE, DEBUG, INFO, WARNING or ERROR.",
+    ),
+    ours(
+        "WORKDIR_NN_ALIAS",
+        None,
+        Group::Workdir,
+        "The name callers use for this workdir; letter first, then letters, digits, _ or -.",
+    ),
+    ours(
+        "WORKDIR_NN_PATH",
+        None,
+        Group::Workdir,
+        "The workdir's existing host directory; absolute or ~/.",
+    ),
+    ours(
+        "WORKDIR_NN_DESCRIPTION",
+        None,
+        Group::Workdir,
+        "One line shown to callers.",
+    ),
+    ours(
+        "WORKDIR_NN_READ_ONLY",
+        Some("true"),
+        Group::Workdir,
+        "Whether the workdir is read-only; workspace-write needs false.",
+    ),
+    ours(
+        "WORKDIR_NN_AGENT_MODE",
+        None,
+        Group::Workdir,
+        "This workdir's agent mode; empty inherits SERVERFS_AGENT_MODE.",
+    ),
+    ours(
+        "WORKDIR_NN_AGENT_RUNTIMES",
+        None,
+        Group::Workdir,
+        "This workdir's runtimes; empty inherits SERVERFS_AGENT_RUNTIMES.",
+    ),
+    serverfs("SERVERFS_IMAGE", "The ServerFS container image."),
+    serverfs("SERVERFS_UID", "The ServerFS container's uid."),
+    serverfs("SERVERFS_GID", "The ServerFS container's gid."),
+    serverfs(
+        "SERVERFS_AGENT_BRIDGE_ENABLED",
+        "ServerFS's master switch for its own bridge.",
+    ),
+    serverfs(
+        "SERVERFS_AGENT_USE_PROXY",
+        "ServerFS agent egress through its shared proxy.",
+    ),
+    serverfs(
+        "SERVERFS_CODEX_AUTOSTART",
+        "ServerFS starting the Codex app-server daemon on demand.",
+    ),
+    serverfs(
+        "SERVERFS_CODEX_REQUEST_TIMEOUT_SECONDS",
+        "ServerFS's per-request Codex timeout.",
+    ),
+    serverfs(
+        "SERVERFS_CLAUDE_PROBE_TIMEOUT_SECONDS",
+        "ServerFS's Claude version probe timeout.",
+    ),
+    serverfs(
+        "SERVERFS_QODER_BIN",
+        "The Qoder executable; Qoder is not supported.",
+    ),
+    serverfs(
+        "SERVERFS_QODER_PROBE_TIMEOUT_SECONDS",
+        "ServerFS's Qoder version probe timeout.",
+    ),
+    serverfs("SERVERFS_JEV_API_KEY", "ServerFS's Jev advisor key."),
+    serverfs(
+        "SERVERFS_JEV_USE_PROXY",
+        "ServerFS's Jev egress through its shared proxy.",
+    ),
+    serverfs("SERVERFS_MAX_READ_BYTES", "ServerFS file tool limit."),
+    serverfs("SERVERFS_MAX_READ_LINES", "ServerFS file tool limit."),
+    serverfs("SERVERFS_DEFAULT_LIST_LIMIT", "ServerFS file tool limit."),
+    serverfs("SERVERFS_MAX_LIST_ENTRIES", "ServerFS file tool limit."),
+    serverfs(
+        "SERVERFS_DEFAULT_SEARCH_RESULTS",
+        "ServerFS file tool limit.",
+    ),
+    serverfs("SERVERFS_MAX_SEARCH_RESULTS", "ServerFS file tool limit."),
+    serverfs("SERVERFS_MAX_WALK_ENTRIES", "ServerFS file tool limit."),
+    serverfs(
+        "SERVERFS_SEARCH_TIMEOUT_SECONDS",
+        "ServerFS file tool limit.",
+    ),
+    serverfs(
+        "SERVERFS_SEARCH_MAX_FILE_BYTES",
+        "ServerFS file tool limit.",
+    ),
+    serverfs("SERVERFS_ALLOW_HIDDEN", "ServerFS file tool policy."),
+    serverfs("SERVERFS_EXTRA_DENY_GLOBS", "ServerFS file tool policy."),
+    serverfs(
+        "SERVERFS_DISABLE_DEFAULT_DENY",
+        "ServerFS file tool policy.",
+    ),
+    serverfs("SERVERFS_MAX_WRITE_BYTES", "ServerFS file tool limit."),
+    serverfs("SERVERFS_MAX_EDITS_PER_CALL", "ServerFS file tool limit."),
+    serverfs(
+        "SERVERFS_BINARY_TRANSFER_ENABLED",
+        "ServerFS file tool policy.",
+    ),
+    serverfs(
+        "SERVERFS_MAX_BINARY_TRANSFER_BYTES",
+        "ServerFS file tool limit.",
+    ),
+    serverfs(
+        "SERVERFS_FILE_INGRESS_ENABLED",
+        "ServerFS file ingress sidecar.",
+    ),
+    serverfs(
+        "SERVERFS_FILE_INGRESS_TIMEOUT_SECONDS",
+        "ServerFS file ingress sidecar.",
+    ),
+    serverfs(
+        "SERVERFS_FILE_INGRESS_ALLOWED_HOSTS",
+        "ServerFS file ingress sidecar.",
+    ),
+    serverfs(
+        "SERVERFS_FILE_INGRESS_ALLOW_OPENAI_BLOB_HOSTS",
+        "ServerFS file ingress sidecar.",
+    ),
+    serverfs(
+        "SERVERFS_FILE_INGRESS_FETCH_TIMEOUT_SECONDS",
+        "ServerFS file ingress sidecar.",
+    ),
+    serverfs(
+        "SERVERFS_FILE_INGRESS_MAX_REDIRECTS",
+        "ServerFS file ingress sidecar.",
+    ),
+    serverfs(
+        "SERVERFS_OPENAI_TUNNEL_USE_PROXY",
+        "ServerFS's tunnel egress through its shared proxy.",
+    ),
+    serverfs("SERVERFS_PROXY_HOST", "ServerFS's shared proxy."),
+    serverfs("SERVERFS_PROXY_PORT", "ServerFS's shared proxy."),
+    serverfs("SERVERFS_PROXY_USERNAME", "ServerFS's shared proxy."),
+    serverfs("SERVERFS_PROXY_PASSWORD", "ServerFS's shared proxy."),
+    serverfs(
+        "WORKDIR_NN_ALLOW_HIDDEN",
+        "ServerFS per-workdir file tool policy.",
+    ),
+    serverfs(
+        "WORKDIR_NN_DISABLE_DEFAULT_DENY",
+        "ServerFS per-workdir file tool policy.",
+    ),
+    serverfs(
+        "WORKDIR_NN_EXTRA_DENY_GLOBS",
+        "ServerFS per-workdir file tool policy.",
+    ),
+    serverfs(
+        "WORKDIR_NN_MAX_READ_BYTES",
+        "ServerFS per-workdir file tool limit.",
+    ),
+    serverfs(
+        "WORKDIR_NN_MAX_READ_LINES",
+        "ServerFS per-workdir file tool limit.",
+    ),
+    serverfs(
+        "WORKDIR_NN_MAX_WRITE_BYTES",
+        "ServerFS per-workdir file tool limit.",
+    ),
+    serverfs(
+        "WORKDIR_NN_BINARY_TRANSFER_ENABLED",
+        "ServerFS per-workdir file tool policy.",
+    ),
+    serverfs(
+        "WORKDIR_NN_MAX_BINARY_TRANSFER_BYTES",
+        "ServerFS per-workdir file tool limit.",
+    ),
+];
+
+/// A key found in the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownKey {
+    /// The catalog entry.
+    pub spec: &'static KeySpec,
+    /// The slot number for a per-slot key.
+    pub slot: Option<u8>,
+}
+
+/// Looks a key up in the catalog, per-slot keys included (exact, case-sensitive).
+pub fn lookup(key: &str) -> Option<KnownKey> {
+    if let Some((slot, suffix)) = split_slot_key(key) {
+        if !(1..=SLOT_COUNT).contains(&slot) {
+            return None;
+        }
+        return KEYS
+            .iter()
+            .find(|spec| spec.name.strip_prefix(SLOT_PLACEHOLDER) == Some(suffix))
+            .map(|spec| KnownKey {
+                spec,
+                slot: Some(slot),
+            });
+    }
+    KEYS.iter()
+        .find(|spec| !spec.is_per_slot() && spec.name == key)
+        .map(|spec| KnownKey { spec, slot: None })
+}
+
+/// Splits `WORKDIR_07_ALIAS` into `(7, "ALIAS")`; anything else is `None`.
+fn split_slot_key(key: &str) -> Option<(u8, &str)> {
+    let rest = key.strip_prefix(SLOT_PREFIX)?;
+    let (digits, suffix) = rest.split_at_checked(2)?;
+    let suffix = suffix.strip_prefix('_')?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) || suffix.is_empty() {
+        return None;
+    }
+    digits.parse().ok().map(|slot| (slot, suffix))
+}
+
+/// Whether a key lies in the project's namespace (`SERVERFS_*` or `WORKDIR_*`, any case), so
+/// that an unknown one is a typo rather than another program's setting.
+pub fn in_our_namespace(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    upper.starts_with("SERVERFS_") || upper.starts_with(SLOT_PREFIX)
+}
+
+/// Whether a key's value must never be shown: its name mentions a key, secret, token or password.
+pub fn is_secret(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    ["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD"]
+        .iter()
+        .any(|word| upper.contains(word))
+}
+
+/// Explains why an unknown key of our namespace is refused, with the closest known key when
+/// one is within two edits.
+pub fn unknown_key_message(key: &str) -> String {
+    if let Some((slot, suffix)) = split_slot_key(key) {
+        let known_suffix = KEYS
+            .iter()
+            .any(|spec| spec.name.strip_prefix(SLOT_PLACEHOLDER) == Some(suffix));
+        if known_suffix && !(1..=SLOT_COUNT).contains(&slot) {
+            return format!("unknown key: workdir slots are numbered 01 to {SLOT_COUNT:02}");
+        }
+    }
+    match suggest(key) {
+        Some(best) => format!("unknown key (did you mean {best}?)"),
+        None => "unknown key (not a setting of agent-bridge or ServerFS)".to_owned(),
+    }
+}
+
+/// The known key closest to `key` (case-insensitively), if it is at most two edits away.
+pub fn suggest(key: &str) -> Option<String> {
+    let wanted = key.to_ascii_uppercase();
+    let mut best: Option<(usize, String)> = None;
+    for spec in KEYS {
+        let names: Vec<String> = if spec.is_per_slot() {
+            (1..=SLOT_COUNT)
+                .map(|slot| spec.name_for_slot(slot))
+                .collect()
+        } else {
+            vec![spec.name.to_owned()]
+        };
+        for name in names {
+            let distance = levenshtein(wanted.as_bytes(), name.as_bytes());
+            if distance <= 2 && best.as_ref().is_none_or(|(d, _)| distance < *d) {
+                best = Some((distance, name));
+            }
+        }
+    }
+    best.map(|(_, name)| name)
+}
+
+/// The edit distance between two byte strings (insertions, deletions, substitutions).
+fn levenshtein(a: &[u8], b: &[u8]) -> usize {
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = vec![0; b.len() + 1];
+    for (i, &ca) in a.iter().enumerate() {
+        current[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != cb);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        std::mem::swap(&mut previous, &mut current);
+    }
+    previous[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let mut seen = std::collections::HashSet::new();
+        for spec in KEYS {
+            assert!(seen.insert(spec.name), "{} appears twice", spec.name);
+            assert!(
+                in_our_namespace(spec.name),
+                "{} is outside our namespace",
+                spec.name
+            );
+            assert!(
+                spec.meaning.ends_with('.'),
+                "{}'s meaning is not a sentence",
+                spec.name
+            );
+            assert!(
+                spec.name
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+                "{} is not UPPER_SNAKE",
+                spec.name
+            );
+        }
+    }
+
+    #[test]
+    fn lookup_finds_global_and_slot_keys() {
+        let key = lookup("SERVERFS_AGENT_MODE").expect("global key");
+        assert_eq!(key.slot, None);
+        assert_eq!(key.spec.default, Some("disabled"));
+        let key = lookup("WORKDIR_16_AGENT_RUNTIMES").expect("slot key");
+        assert_eq!(key.slot, Some(16));
+        assert_eq!(key.spec.owner, Owner::Ours);
+        let key = lookup("WORKDIR_01_MAX_READ_BYTES").expect("ignored slot key");
+        assert_eq!(key.spec.owner, Owner::ServerFsIgnored);
+        assert!(lookup("WORKDIR_17_ALIAS").is_none());
+        assert!(lookup("WORKDIR_00_ALIAS").is_none());
+        assert!(lookup("WORKDIR_NN_ALIAS").is_none());
+        assert!(lookup("WORKDIR_1_ALIAS").is_none());
+        assert!(lookup("serverfs_agent_mode").is_none());
+    }
+
+    #[test]
+    fn suggestions_stay_within_two_edits() {
+        assert_eq!(
+            suggest("SERVERFS_AGENT_MODES").as_deref(),
+            Some("SERVERFS_AGENT_MODE")
+        );
+        assert_eq!(
+            suggest("WORKDIR_01_ALIAZ").as_deref(),
+            Some("WORKDIR_01_ALIAS")
+        );
+        assert_eq!(
+            suggest("serverfs_log_level").as_deref(),
+            Some("SERVERFS_LOG_LEVEL")
+        );
+        assert_eq!(suggest("SERVERFS_SOMETHING_ELSE"), None);
+        assert!(unknown_key_message("WORKDIR_17_ALIAS").contains("01 to 16"));
+    }
+
+    #[test]
+    fn levenshtein_counts_edits() {
+        assert_eq!(levenshtein(b"", b""), 0);
+        assert_eq!(levenshtein(b"abc", b""), 3);
+        assert_eq!(levenshtein(b"kitten", b"sitting"), 3);
+        assert_eq!(levenshtein(b"MODE", b"MDOE"), 2);
+    }
+
+    #[test]
+    fn secret_looking_names_are_recognized() {
+        for name in [
+            "SERVERFS_JEV_API_KEY",
+            "SERVERFS_PROXY_PASSWORD",
+            "GITHUB_TOKEN",
+            "MY_SECRET",
+        ] {
+            assert!(is_secret(name), "{name}");
+        }
+        assert!(!is_secret("SERVERFS_AGENT_MODE"));
+    }
+}

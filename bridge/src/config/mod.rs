@@ -1,9 +1,9 @@
 //! The bridge's configuration: one typed value, read once at startup and passed down.
 //!
 //! Two sources produce the same [`BridgeConfig`]: the operator's `.env` (strictly parsed and
-//! validated by [`env`]) and the private JSON file that `agent-bridge config render` writes
-//! from it ([`load_json`]). Nothing else in the bridge reads environment variables or files
-//! for settings.
+//! validated by [`env`](mod@env)) and the private JSON file that `agent-bridge config render`
+//! writes from it ([`load_json`]). Nothing else in the bridge reads environment variables or
+//! files for settings.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,11 @@ use serde::{Deserialize, Serialize};
 pub mod dotenv;
 pub mod env;
 pub mod keys;
+mod refusals;
 pub mod render;
+mod report;
+mod values;
+mod workdirs;
 
 /// Every setting the bridge runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -257,10 +261,14 @@ pub enum LoadError {
 
 /// Loads a config rendered by `agent-bridge config render` and re-checks its rules.
 pub fn load_json(path: &Path) -> Result<BridgeConfig, LoadError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
-    let config: BridgeConfig = serde_json::from_str(&text)
-        .map_err(|e| LoadError::Invalid { path: path.to_owned(), message: e.to_string() })?;
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let config: BridgeConfig = serde_json::from_str(&text).map_err(|e| LoadError::Invalid {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
     env::check_rules(&config).map_err(|refusals| LoadError::Invalid {
         path: path.to_owned(),
         message: refusals.to_string(),
