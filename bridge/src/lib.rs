@@ -9,3 +9,8 @@ pub mod provider;
 pub mod error;
 pub mod files;
 pub mod lease;
+pub mod tasks;
+pub mod registry;
+pub mod server;
+pub mod daemon;
+pub mod cli;

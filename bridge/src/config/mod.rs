@@ -275,3 +275,9 @@ pub fn load_json(path: &Path) -> Result<BridgeConfig, LoadError> {
     })?;
     Ok(config)
 }
+
+/// The socket path an empty `.env` gives (the CLI's default target).
+pub fn default_socket_path() -> Result<PathBuf, env::Refusals> {
+    let context = env::Context::current()?;
+    env::from_pairs(&[], &context).map(|report| report.config.socket_path)
+}

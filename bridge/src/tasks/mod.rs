@@ -22,6 +22,7 @@ use crate::store::Store;
 use crate::store::tasks::TaskRow;
 
 mod interact;
+pub use interact::Answer;
 pub mod manifest;
 pub mod paths;
 pub mod recovery;

@@ -3,7 +3,6 @@
 //! the task and interaction deadlines with one timer each, and on any ending stops the
 //! provider with proof before it releases the writer lease and, on proof, the guard.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -224,21 +223,14 @@ async fn open(
         InteractionKind::Question => super::interact::check_question(&payload).err(),
     };
     let too_big = payload.to_string().len() > MAX_TEXT_BYTES;
-    let refuse = |why: String| async move {
-        tracing::warn!(task_id, "refused a provider request: {why}");
-        record(inner, task_id, redactor, "provider.warning", json!({ "message": why }), false).await;
-        let command = match kind {
-            InteractionKind::Approval => ProviderCommand::Approval { native_id, decision: "deny".into(), granted_permission_ids: vec![] },
-            InteractionKind::Question => ProviderCommand::Answers { native_id, answers: json!([]) },
-        };
-        let _ = commands.send(command).await;
-        None
+    let why = match (problem, too_big) {
+        (Some(why), _) => Some(format!("invalid {} from the provider: {why}", kind.as_str())),
+        (None, true) => Some(format!("the {} is larger than {MAX_TEXT_BYTES} bytes", kind.as_str())),
+        (None, false) => None,
     };
-    if let Some(why) = problem {
-        return refuse(format!("invalid {} from the provider: {why}", kind.as_str())).await;
-    }
-    if too_big {
-        return refuse(format!("the {} is larger than {MAX_TEXT_BYTES} bytes", kind.as_str())).await;
+    if let Some(why) = why {
+        refuse(inner, task_id, redactor, kind, native_id, why, commands).await;
+        return None;
     }
     let now = inner.clock.now_ms();
     let timeout_ms = (inner.config.limits.interaction_timeout_seconds as i64).saturating_mul(1000);
@@ -253,8 +245,32 @@ async fn open(
     inner.changes.notify(task_id);
     match opened {
         Ok(_) => Some(Pending { request_id: new.request_id, native_id, kind, expires_at: new.expires_at }),
-        Err(e) => refuse(format!("cannot open the {}: {e}", kind.as_str())).await,
+        Err(e) => {
+            refuse(inner, task_id, redactor, kind, native_id, format!("cannot open the {}: {e}", kind.as_str()), commands).await;
+            None
+        }
     }
+}
+
+/// Refuses a provider request it cannot relay, so the provider never waits forever.
+async fn refuse(
+    inner: &Arc<Inner>,
+    task_id: &str,
+    redactor: &Redactor,
+    kind: InteractionKind,
+    native_id: String,
+    why: String,
+    commands: &mpsc::Sender<ProviderCommand>,
+) {
+    tracing::warn!(task_id, "refused a provider request: {why}");
+    record(inner, task_id, redactor, "provider.warning", json!({ "message": why }), false).await;
+    let command = match kind {
+        InteractionKind::Approval => {
+            ProviderCommand::Approval { native_id, decision: "deny".into(), granted_permission_ids: vec![] }
+        }
+        InteractionKind::Question => ProviderCommand::Answers { native_id, answers: json!([]) },
+    };
+    let _ = commands.send(command).await;
 }
 
 /// A deadline fired: persist `interrupted` first (reads agree at once), then interrupt the

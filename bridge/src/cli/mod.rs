@@ -1,0 +1,193 @@
+//! The command line: the daemon (`serve`), configuration (`config render|check`), the
+//! operator's client commands over the socket (`keys …`, `tasks …`, `health`), and the fake
+//! runtime's hidden child entry point. Exit codes are mapped here, in one place.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod client;
+mod output;
+
+/// Exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success.
+    Ok = 0,
+    /// The command failed (a refused call, a runtime error).
+    Failure = 1,
+    /// Bad configuration or usage.
+    Config = 2,
+    /// The bridge could not be reached.
+    Unavailable = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e as u8)
+    }
+}
+
+/// agent-bridge: runs coding agents for remote MCP callers, safely.
+#[derive(Debug, Parser)]
+#[command(name = "agent-bridge", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the config comes from.
+#[derive(Debug, Args, Clone)]
+#[group(required = true, multiple = false)]
+pub struct ConfigSource {
+    /// A private JSON config written by `config render`.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// An operator `.env` (validated the same way as by `config check`).
+    #[arg(long)]
+    env_file: Option<PathBuf>,
+}
+
+/// How the client commands find the bridge.
+#[derive(Debug, Args, Clone, Default)]
+pub struct Target {
+    /// The bridge socket.
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+    /// Find the socket in this JSON config.
+    #[arg(long, global = true, conflicts_with = "socket")]
+    config: Option<PathBuf>,
+    /// Find the socket in this `.env`.
+    #[arg(long, global = true, conflicts_with_all = ["socket", "config"])]
+    env_file: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon in the foreground.
+    Serve(ConfigSource),
+    /// Validate and render configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Manage API keys.
+    Keys {
+        #[command(subcommand)]
+        command: client::KeysCommand,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Inspect and act on tasks.
+    Tasks {
+        #[command(subcommand)]
+        command: client::TasksCommand,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Check that the bridge answers.
+    Health {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The fake runtime's child process (used by the bridge itself).
+    #[command(hide = true)]
+    FakeAgent,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a `.env` and write the bridge's private JSON config (0600, atomic).
+    Render {
+        /// The operator's `.env`.
+        #[arg(long)]
+        env_file: PathBuf,
+        /// Where to write the JSON config.
+        #[arg(long)]
+        output: PathBuf,
+    },
+    /// Validate a `.env` and print the effective configuration or every refusal.
+    Check {
+        /// The operator's `.env`.
+        #[arg(long)]
+        env_file: PathBuf,
+    },
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::FakeAgent => ExitCode::from(crate::provider::fake_agent::run().clamp(0, 255) as u8),
+        Command::Config(ConfigCommand::Check { env_file }) => match crate::config::env::from_env_file(&env_file) {
+            Ok(report) => {
+                output::line(&report.to_string());
+                Exit::Ok.into()
+            }
+            Err(refusals) => refuse(&refusals.to_string()),
+        },
+        Command::Config(ConfigCommand::Render { env_file, output: out }) => {
+            match crate::config::env::from_env_file(&env_file) {
+                Ok(report) => match crate::config::render::write_private_json(&report.config, &out) {
+                    Ok(()) => {
+                        output::line(&format!("wrote {}", out.display()));
+                        Exit::Ok.into()
+                    }
+                    Err(e) => refuse(&e.to_string()),
+                },
+                Err(refusals) => refuse(&refusals.to_string()),
+            }
+        }
+        Command::Serve(source) => serve(source),
+        Command::Keys { command, target } => client::run(target, client::Action::Keys(command)),
+        Command::Tasks { command, target } => client::run(target, client::Action::Tasks(command)),
+        Command::Health { target } => client::run(target, client::Action::Health),
+    }
+}
+
+fn refuse(message: &str) -> ExitCode {
+    output::error(message);
+    Exit::Config.into()
+}
+
+fn serve(source: ConfigSource) -> ExitCode {
+    let config = match (&source.config, &source.env_file) {
+        (Some(path), _) => crate::config::load_json(path).map_err(|e| e.to_string()),
+        (None, Some(path)) => crate::config::env::from_env_file(path).map(|r| r.config).map_err(|r| r.to_string()),
+        (None, None) => Err("give --config or --env-file".to_owned()),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(message) => return refuse(&message),
+    };
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            output::error(&format!("cannot start the async runtime: {e}"));
+            return Exit::Failure.into();
+        }
+    };
+    match runtime.block_on(crate::daemon::run(config)) {
+        Ok(()) => Exit::Ok.into(),
+        Err(e) => {
+            tracing::error!("{e:#}");
+            output::error(&format!("agent-bridge: {e:#}"));
+            Exit::Failure.into()
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_BRIDGE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+}

@@ -1,0 +1,122 @@
+//! The daemon's life: refuse unsafe starts, take the instance lock, open the store, reconcile
+//! what a previous bridge left, serve the socket, and shut down in order on SIGTERM/SIGINT.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use fs2::FileExt;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::Clock;
+use crate::config::BridgeConfig;
+use crate::lease::Leases;
+use crate::provider::Providers;
+use crate::provider::env::BaseEnv;
+use crate::registry::audit::AuditSink;
+use crate::registry::auth::{Auth, KeyCache};
+use crate::registry::{Registry, Services};
+use crate::server::{self, PeerPolicy};
+use crate::store::Store;
+use crate::tasks::TaskService;
+
+/// The instance lock file inside the state directory.
+pub const INSTANCE_LOCK: &str = "bridge.lock";
+
+/// Runs the daemon until a signal stops it.
+pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    if uid == 0 && !config.allow_root {
+        bail!("agent-bridge refuses to run as root: run it as the operator's own user (or set SERVERFS_AGENT_ALLOW_ROOT=true in a throwaway container)");
+    }
+    crate::files::ensure_private_dir(&config.state_dir).map_err(anyhow::Error::msg).context("state directory")?;
+    let lock_path = config.state_dir.join(INSTANCE_LOCK);
+    let instance = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open the instance lock {}", lock_path.display()))?;
+    if instance.try_lock_exclusive().is_err() {
+        bail!("another agent-bridge already runs with the state directory {}", config.state_dir.display());
+    }
+
+    let store = Arc::new(Store::open(&config.state_dir).context("cannot open the store")?);
+    let leases = Leases::open(&config.lock_dir).map_err(anyhow::Error::msg).context("lock directory")?;
+    let keys = KeyCache::default();
+    keys.reload(&store).context("cannot load API keys")?;
+    let config = Arc::new(config);
+    let shutdown = CancellationToken::new();
+    let background = TaskTracker::new();
+    let clock = Clock::System;
+    let self_exe = std::env::current_exe().context("cannot find the bridge executable")?;
+    let base_env = BaseEnv::capture();
+    let home = base_env.get("HOME").map(std::path::PathBuf::from);
+    let providers = Providers::new(&config, self_exe, base_env);
+    let tasks = TaskService::new(
+        Arc::clone(&config),
+        Arc::clone(&store),
+        clock.clone(),
+        providers,
+        leases,
+        shutdown.child_token(),
+        home,
+    );
+    tasks.reconcile_at_startup().await.context("startup reconciliation failed")?;
+    let audit_stop = CancellationToken::new();
+    let audit = AuditSink::start(Arc::clone(&store), &background, audit_stop.clone());
+    let auth = Auth::new(config.mcp_auth.clone(), keys, uid);
+    let registry = Arc::new(Registry::new(Services {
+        tasks: tasks.clone(),
+        store: Arc::clone(&store),
+        config: Arc::clone(&config),
+        auth,
+        audit: audit.clone(),
+        clock,
+    }));
+    let listener = server::bind(&config.socket_path)?;
+    let policy = PeerPolicy { uid: config.allowed_peer_uid.unwrap_or(uid), gid: config.allowed_peer_gid.unwrap_or(gid) };
+    if config.mcp_auth.mode == crate::config::McpAuthMode::None {
+        tracing::warn!(principal = config.mcp_auth.tunnel_principal, "tunnel mode: every MCP caller is one principal, unauthenticated");
+    }
+    tracing::info!(socket = %config.socket_path.display(), workdirs = config.workdirs.len(), "agent-bridge is ready");
+
+    let signals = shutdown.clone();
+    background.spawn(async move {
+        tokio::select! {
+            _ = wait_for_signal() => {
+                tracing::info!("stopping: signal received");
+                signals.cancel();
+            }
+            _ = signals.cancelled() => {}
+        }
+    });
+    server::serve(listener, registry, policy, shutdown.clone(), config.socket_path.clone()).await;
+    tasks.shutdown(Duration::from_secs(25)).await;
+    audit.flush().await;
+    audit_stop.cancel();
+    shutdown.cancel();
+    background.close();
+    background.wait().await;
+    drop(instance);
+    tracing::info!("agent-bridge stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,244 @@
+//! The capability registry: the one place every action passes through, from every surface
+//! (DESIGN §2 invariant 2). It authenticates, hides what the caller may not see, validates the
+//! arguments against the schema it announces, calls the service and writes one audit row.
+//! It holds no business logic: each entry delegates to a service.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::clock::Clock;
+use crate::config::{BridgeConfig, Role};
+use crate::error::{ToolError, code};
+use crate::model::Principal;
+use crate::store::Store;
+use crate::store::audit::AuditRow;
+use crate::tasks::TaskService;
+use bridge_proto::methods::{CallParams, ListParams, Surface};
+
+pub mod args;
+pub mod audit;
+pub mod auth;
+pub mod policy;
+mod tools;
+
+use auth::{Auth, Peer};
+use policy::{Annotations, Scope};
+
+/// The services capabilities delegate to.
+pub struct Services {
+    /// Tasks.
+    pub tasks: TaskService,
+    /// The store (keys, audit reads).
+    pub store: Arc<Store>,
+    /// The configuration.
+    pub config: Arc<BridgeConfig>,
+    /// Authentication (and the key cache).
+    pub auth: Auth,
+    /// The audit writer.
+    pub audit: audit::AuditSink,
+    /// Time.
+    pub clock: Clock,
+}
+
+/// What a handler gets besides its arguments.
+#[derive(Clone)]
+pub struct CallCtx {
+    /// The caller.
+    pub principal: Principal,
+    /// Where the call came from.
+    pub surface: Surface,
+    /// The services.
+    pub services: Arc<Services>,
+    /// How many tools the caller can see (for `whoami`).
+    pub visible_tools: usize,
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
+type Handler = Box<dyn Fn(CallCtx, Value) -> BoxFuture + Send + Sync>;
+
+/// One capability.
+pub struct Capability {
+    /// Tool name.
+    pub name: &'static str,
+    /// Read or write.
+    pub scope: Scope,
+    /// The least role that sees it.
+    pub min_role: Role,
+    /// The surfaces it exists on.
+    pub surfaces: &'static [Surface],
+    /// One sentence for the calling model.
+    pub description: &'static str,
+    /// MCP tool annotations.
+    pub annotations: Annotations,
+    /// The input schema, generated from the type the handler parses.
+    pub input_schema: Value,
+    handler: Handler,
+}
+
+/// Every surface.
+pub const ALL_SURFACES: &[Surface] = &[Surface::Mcp, Surface::Cli, Surface::Board];
+/// The operator's own surfaces (never MCP).
+pub const LOCAL_SURFACES: &[Surface] = &[Surface::Cli, Surface::Board];
+
+/// The static part of a capability entry.
+pub struct Meta {
+    /// Tool name.
+    pub name: &'static str,
+    /// Read or write.
+    pub scope: Scope,
+    /// The least role that sees it.
+    pub min_role: Role,
+    /// Surfaces.
+    pub surfaces: &'static [Surface],
+    /// One sentence.
+    pub description: &'static str,
+    /// Annotations.
+    pub annotations: Annotations,
+}
+
+impl Capability {
+    /// Builds an entry whose arguments parse as `T`; the schema comes from `T`.
+    pub fn new<T, F, Fut>(meta: Meta, handler: F) -> Capability
+    where
+        T: DeserializeOwned + schemars::JsonSchema + Send + 'static,
+        F: Fn(CallCtx, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        let handler: Handler = Box::new(move |ctx, value| match serde_json::from_value::<T>(value) {
+            Ok(args) => Box::pin(handler(ctx, args)),
+            Err(e) => Box::pin(std::future::ready(Err(ToolError::new(code::INVALID_ARGUMENT, format!("invalid arguments: {e}"))))),
+        });
+        Capability {
+            name: meta.name,
+            scope: meta.scope,
+            min_role: meta.min_role,
+            surfaces: meta.surfaces,
+            description: meta.description,
+            annotations: meta.annotations,
+            input_schema: args::schema_for::<T>(),
+            handler,
+        }
+    }
+
+    fn view(&self) -> Value {
+        json!({
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "annotations": self.annotations.to_json(),
+            "scope": self.scope.as_str(),
+            "min_role": self.min_role.as_str(),
+        })
+    }
+}
+
+/// The registry.
+pub struct Registry {
+    capabilities: Vec<Capability>,
+    services: Arc<Services>,
+}
+
+impl Registry {
+    /// The registry with every capability of this build.
+    pub fn new(services: Services) -> Registry {
+        Registry { capabilities: tools::all(), services: Arc::new(services) }
+    }
+
+    /// The services.
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+
+    fn visible(&self, role: Role, surface: Surface) -> impl Iterator<Item = &Capability> + '_ {
+        self.capabilities.iter().filter(move |c| policy::can_see(role, c.min_role, surface, c.surfaces))
+    }
+
+    /// `capabilities.list`: the tools the caller may see.
+    pub fn list(&self, params: &ListParams, peer: Peer) -> Result<Value, ToolError> {
+        let principal = self.services.auth.resolve(params.credential.as_deref(), params.surface, peer)?;
+        let tools: Vec<Value> = self.visible(principal.role, params.surface).map(Capability::view).collect();
+        Ok(json!({ "tools": tools, "principal": { "name": principal.name, "role": principal.role.as_str() } }))
+    }
+
+    /// `capabilities.call`: authenticate, authorize, validate, run, audit.
+    pub async fn call(&self, params: CallParams, peer: Peer) -> Result<Value, ToolError> {
+        let started = Instant::now();
+        let services = &self.services;
+        let client_name = params.client.as_ref().map(|c| c.name.chars().take(64).collect::<String>());
+        let capability_name: String = params.name.chars().take(64).collect();
+        let mut row = AuditRow {
+            audit_id: 0,
+            at: services.clock.now_ms(),
+            surface: params.surface.as_str().to_owned(),
+            principal: None,
+            role: None,
+            capability: capability_name,
+            scope: None,
+            outcome: "denied".into(),
+            error_code: None,
+            duration_us: 0,
+            task_id: params.arguments.get("task_id").and_then(Value::as_str).map(|s| s.chars().take(64).collect()),
+            plan_id: None,
+            client_name,
+        };
+        let outcome = self.call_inner(params, peer, &mut row).await;
+        row.duration_us = started.elapsed().as_micros().min(i64::MAX as u128) as i64;
+        let key_id = match &outcome {
+            Ok((value, key_id)) => {
+                row.outcome = "ok".into();
+                if let Some(id) = value.get("task_id").and_then(Value::as_str) {
+                    row.task_id = Some(id.to_owned());
+                }
+                key_id.clone()
+            }
+            Err((e, key_id)) => {
+                row.error_code = Some(e.code.to_owned());
+                if row.outcome != "denied" {
+                    row.outcome = if e.code == code::INVALID_ARGUMENT { "invalid".into() } else { "error".into() };
+                }
+                key_id.clone()
+            }
+        };
+        services.audit.record(row, key_id);
+        outcome.map(|(v, _)| v).map_err(|(e, _)| e)
+    }
+
+    async fn call_inner(
+        &self,
+        params: CallParams,
+        peer: Peer,
+        row: &mut AuditRow,
+    ) -> Result<(Value, Option<String>), (ToolError, Option<String>)> {
+        let principal = self.services.auth.resolve(params.credential.as_deref(), params.surface, peer).map_err(|e| (e, None))?;
+        let key_id = principal.key_id.clone();
+        row.principal = Some(principal.name.clone());
+        row.role = Some(principal.role.as_str().to_owned());
+        let Some(capability) = self.visible(principal.role, params.surface).find(|c| c.name == params.name) else {
+            return Err((ToolError::new(code::UNKNOWN_TOOL, format!("unknown tool: {}", row.capability)), key_id));
+        };
+        row.scope = Some(capability.scope.as_str().to_owned());
+        row.outcome = "invalid".into();
+        let args = args::validate(&capability.input_schema, params.arguments).map_err(|e| (e, key_id.clone()))?;
+        row.outcome = "error".into();
+        let ctx = CallCtx {
+            visible_tools: self.visible(principal.role, params.surface).count(),
+            principal,
+            surface: params.surface,
+            services: Arc::clone(&self.services),
+        };
+        match (capability.handler)(ctx, args).await {
+            Ok(value) => Ok((value, key_id)),
+            Err(e) => Err((e, key_id)),
+        }
+    }
+}
+
+/// Helper for handlers: an empty argument object.
+pub fn no_args() -> Map<String, Value> {
+    Map::new()
+}

@@ -1,0 +1,195 @@
+//! Reads: the task view (with long-poll), the event cursor, result chunks and the admin list.
+//! Views are built by hand from store rows; provider-native ids and fingerprints never appear.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{TaskService, results};
+use crate::clock::rfc3339;
+use crate::error::{ToolError, code};
+use crate::model::{Principal, TaskStatus};
+use crate::store::events::EventRow;
+use crate::store::interactions::InteractionRow;
+use crate::store::tasks::{TaskFilter, TaskRow};
+
+/// The longest `get_agent_task` long-poll.
+pub const MAX_WAIT_SECONDS: u64 = 25;
+
+fn parse_json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// The public view of an interaction.
+pub fn interaction_view(r: &InteractionRow) -> Value {
+    json!({
+        "request_id": r.request_id,
+        "kind": r.kind,
+        "status": r.status,
+        "created_at": rfc3339(r.created_at),
+        "expires_at": rfc3339(r.expires_at),
+        "payload": parse_json(&r.payload_json),
+    })
+}
+
+/// The public view of a task.
+pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>) -> Value {
+    let result = t.result_storage.as_ref().map(|storage| {
+        json!({
+            "storage": storage,
+            "size_bytes": t.result_size_bytes,
+            "sha256": t.result_sha256,
+            "retrievable": storage == "spool",
+        })
+    });
+    let error = t.error_code.as_ref().map(|c| json!({ "code": c, "message": t.error_message }));
+    json!({
+        "task_id": t.task_id,
+        "status": t.status.as_str(),
+        "terminal": t.status.is_terminal(),
+        "runtime": t.runtime,
+        "workdir": t.workdir_alias,
+        "path": t.relative_cwd,
+        "profile": t.profile,
+        "model": t.requested_model,
+        "owner": t.principal,
+        "created_at": rfc3339(t.created_at),
+        "started_at": t.started_at.map(rfc3339),
+        "updated_at": rfc3339(t.updated_at),
+        "completed_at": t.completed_at.map(rfc3339),
+        "deadline_at": rfc3339(t.deadline_at),
+        "correlation_id": t.correlation_id,
+        "idempotency_key": t.idempotency_key,
+        "continue_from_task_id": t.continue_from_task_id,
+        "error": error,
+        "pending_request": pending.map(interaction_view),
+        "final_response": t.final_response,
+        "final_response_truncated": t.result_storage.as_deref() == Some("spool"),
+        "result": result,
+        "event_count": t.event_count,
+        "events_dropped": t.events_dropped,
+        "manifest": parse_json(&t.manifest_json),
+        "manifest_sha256": t.manifest_sha256,
+    })
+}
+
+/// The public view of an event (the schema-versioned envelope).
+pub fn event_view(e: &EventRow, correlation_id: Option<&str>) -> Value {
+    json!({
+        "event_id": e.event_id,
+        "task_id": e.task_id,
+        "correlation_id": correlation_id,
+        "event_type": e.event_type,
+        "payload": parse_json(&e.payload_json),
+        "created_at": rfc3339(e.created_at),
+        "schema_version": 1,
+    })
+}
+
+impl TaskService {
+    async fn view_of(&self, row: &TaskRow) -> Result<Value, ToolError> {
+        let pending = match &row.pending_request_id {
+            Some(id) => {
+                let id = id.clone();
+                self.inner.store.call(move |s| s.get_interaction(&id)).await?
+            }
+            None => None,
+        };
+        Ok(task_view(row, pending.as_ref()))
+    }
+
+    /// `get_agent_task`; with `wait_seconds > 0` it returns as soon as the status or the
+    /// pending interaction changes, or when the wait is over.
+    pub async fn get(&self, principal: &Principal, task_id: &str, wait_seconds: u64) -> Result<Value, ToolError> {
+        let inner = &self.inner;
+        let mut changes = inner.changes.subscribe(task_id);
+        let mut row = inner.visible_task(principal, task_id).await?;
+        if wait_seconds > 0 && !row.status.is_terminal() {
+            let baseline = (row.status, row.pending_request_id.clone());
+            let until = tokio::time::Instant::now() + Duration::from_secs(wait_seconds.min(MAX_WAIT_SECONDS));
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { break },
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = inner.shutdown.cancelled() => break,
+                }
+                row = inner.visible_task(principal, task_id).await?;
+                if (row.status, row.pending_request_id.clone()) != baseline {
+                    break;
+                }
+            }
+        }
+        drop(changes);
+        inner.changes.prune();
+        self.view_of(&row).await
+    }
+
+    /// `read_agent_task_events`: events after the cursor, oldest first.
+    pub async fn events(&self, principal: &Principal, task_id: &str, after: u64, limit: u32) -> Result<Value, ToolError> {
+        let row = self.inner.visible_task(principal, task_id).await?;
+        let id = task_id.to_owned();
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let events = self.inner.store.call(move |s| s.read_events(&id, after, limit)).await?;
+        let next = events.last().map_or(after, |e| e.event_id);
+        Ok(json!({
+            "task_id": task_id,
+            "correlation_id": row.correlation_id,
+            "events": events.iter().map(|e| event_view(e, row.correlation_id.as_deref())).collect::<Vec<_>>(),
+            "next_after_event_id": next,
+            "status": row.status.as_str(),
+        }))
+    }
+
+    /// `read_agent_task_result`: a UTF-8-safe chunk of a spooled result.
+    pub async fn result_chunk(&self, principal: &Principal, task_id: &str, offset: u64, max_bytes: usize) -> Result<Value, ToolError> {
+        let row = self.inner.visible_task(principal, task_id).await?;
+        match row.result_storage.as_deref() {
+            Some("spool") => {}
+            Some(_) => {
+                return Err(ToolError::new(code::AGENT_RESULT_NOT_RETRIEVABLE, "the result is inline: read final_response from get_agent_task"));
+            }
+            None => return Err(ToolError::new(code::AGENT_RESULT_NOT_RETRIEVABLE, "the task has no result (yet)")),
+        }
+        let size = row.result_size_bytes.unwrap_or(0).max(0) as u64;
+        let state_dir = self.inner.config.state_dir.clone();
+        let id = task_id.to_owned();
+        let mut chunk = tokio::task::spawn_blocking(move || results::read_chunk(&state_dir, &id, size, offset, max_bytes))
+            .await
+            .map_err(|e| ToolError::internal("result read failed", e))??;
+        chunk["task_id"] = json!(task_id);
+        chunk["size_bytes"] = json!(size);
+        chunk["sha256"] = json!(row.result_sha256);
+        chunk["correlation_id"] = json!(row.correlation_id);
+        Ok(chunk)
+    }
+
+    /// `admin_list_tasks`: every principal's tasks, newest first, with a cursor.
+    pub async fn list(&self, filter: TaskFilter, limit: u32) -> Result<Value, ToolError> {
+        let rows = self.inner.store.call(move |s| s.list_tasks(&filter, limit)).await?;
+        let next = if rows.len() as u32 == limit { rows.last().map(|r| r.task_id.clone()) } else { None };
+        let tasks: Vec<Value> = rows
+            .iter()
+            .map(|t| {
+                json!({
+                    "task_id": t.task_id,
+                    "status": t.status.as_str(),
+                    "runtime": t.runtime,
+                    "workdir": t.workdir_alias,
+                    "profile": t.profile,
+                    "owner": t.principal,
+                    "created_at": rfc3339(t.created_at),
+                    "completed_at": t.completed_at.map(rfc3339),
+                    "error_code": t.error_code,
+                    "pending_request_id": t.pending_request_id,
+                    "correlation_id": t.correlation_id,
+                })
+            })
+            .collect();
+        Ok(json!({ "tasks": tasks, "next_before_task_id": next }))
+    }
+
+    /// Parses a status filter.
+    pub fn parse_status(s: &str) -> Result<TaskStatus, ToolError> {
+        TaskStatus::parse(s).ok_or_else(|| ToolError::invalid("status", "is not a task status"))
+    }
+}
