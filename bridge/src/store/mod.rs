@@ -204,3 +204,6 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
                 || err.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
     )
 }
+
+#[cfg(test)]
+mod tests;

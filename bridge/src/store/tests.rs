@@ -1,0 +1,299 @@
+//! Store tests on real SQLite files in temporary directories.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Barrier};
+
+use rusqlite::{Connection, params};
+
+use super::events::NewEvent;
+use super::interactions::NewInteraction;
+use super::tasks::{Inserted, NewGuard, NewTask, TransitionFields};
+use super::{DB_FILE, Store, StoreError, schema};
+use crate::model::{InteractionKind, TaskStatus};
+
+fn new_task(id: &str, key: Option<&str>) -> NewTask {
+    NewTask {
+        task_id: id.to_owned(),
+        principal: "alice".into(),
+        runtime: "fake".into(),
+        workdir_alias: "repo".into(),
+        relative_cwd: String::new(),
+        profile: "workspace-write".into(),
+        requested_model: None,
+        created_at: 1_000,
+        deadline_at: 10_000,
+        continue_from_task_id: None,
+        correlation_id: None,
+        idempotency_key: key.map(str::to_owned),
+        request_fingerprint: key.map(|_| "fp".to_owned()),
+        manifest_json: "{}".into(),
+        manifest_sha256: "x".into(),
+    }
+}
+
+fn submitted() -> NewEvent {
+    NewEvent::new("task.submitted", serde_json::json!({}))
+}
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state")).unwrap();
+    (dir, store)
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn files_are_private() {
+    let (dir, store) = open();
+    store.insert_task(&new_task("agt_1", None), 4, None, &submitted()).unwrap();
+    let state = dir.path().join("state");
+    assert_eq!(mode(&state), 0o700);
+    for file in [DB_FILE.to_owned(), format!("{DB_FILE}-wal"), format!("{DB_FILE}-shm")] {
+        let path = state.join(&file);
+        assert!(path.exists(), "{file} exists");
+        assert_eq!(mode(&path), 0o600, "{file}");
+    }
+}
+
+#[test]
+fn a_broad_state_dir_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let err = Store::open(&state).unwrap_err().to_string();
+    assert!(err.contains("0750"), "{err}");
+    assert_eq!(mode(&state), 0o750);
+    assert!(!state.join(DB_FILE).exists());
+}
+
+#[test]
+fn transitions_follow_the_matrix_and_terminal_is_final() {
+    let (_dir, store) = open();
+    store.insert_task(&new_task("agt_1", None), 4, None, &submitted()).unwrap();
+    let err = store.transition("agt_1", TaskStatus::Succeeded, TransitionFields::default(), 2).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidTransition { from: "queued", to: "succeeded" }));
+    for to in [TaskStatus::Starting, TaskStatus::Running, TaskStatus::Succeeded] {
+        store.transition("agt_1", to, TransitionFields::default(), 3).unwrap();
+    }
+    for to in TaskStatus::ALL {
+        assert!(store.transition("agt_1", to, TransitionFields::default(), 4).is_err(), "succeeded -> {to:?}");
+    }
+    let row = store.get_task("agt_1").unwrap().unwrap();
+    assert_eq!(row.status, TaskStatus::Succeeded);
+    assert_eq!(row.completed_at, Some(3));
+    assert_eq!(row.started_at, Some(3));
+}
+
+#[test]
+fn the_active_cap_is_counted_inside_the_insert_transaction() {
+    let (_dir, store) = open();
+    let store = Arc::new(store);
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                store.insert_task(&new_task(&format!("agt_{i}"), None), 3, None, &submitted())
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let created = results.iter().filter(|r| matches!(r, Ok(Inserted::Created(_)))).count();
+    let refused = results.iter().filter(|r| matches!(r, Err(StoreError::TaskLimitReached { limit: 3 }))).count();
+    assert_eq!((created, refused), (3, 5));
+}
+
+#[test]
+fn idempotency_keys_are_unique_per_principal() {
+    let (_dir, store) = open();
+    assert!(matches!(store.insert_task(&new_task("agt_1", Some("k")), 9, None, &submitted()).unwrap(), Inserted::Created(_)));
+    match store.insert_task(&new_task("agt_2", Some("k")), 9, None, &submitted()).unwrap() {
+        Inserted::Existing(row) => assert_eq!(row.task_id, "agt_1"),
+        other => panic!("expected the existing task, got {other:?}"),
+    }
+    let mut other = new_task("agt_3", Some("k"));
+    other.principal = "bob".into();
+    assert!(matches!(store.insert_task(&other, 9, None, &submitted()).unwrap(), Inserted::Created(_)));
+    // The partial unique index is the last guard even for a writer that skips the lookup.
+    let err = store
+        .write(|tx| {
+            tx.execute(
+                "INSERT INTO tasks (task_id, principal, runtime, workdir_alias, relative_cwd, profile, status, \
+                 created_at, updated_at, deadline_at, manifest_json, manifest_sha256, idempotency_key) \
+                 VALUES ('agt_4', 'alice', 'fake', 'repo', '', 'review', 'queued', 1, 1, 2, '{}', 'x', 'k')",
+                [],
+            )?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite(ref e) if super::is_unique_violation(e)), "{err}");
+    // Tasks without a key never collide.
+    store.insert_task(&new_task("agt_5", None), 9, None, &submitted()).unwrap();
+    store.insert_task(&new_task("agt_6", None), 9, None, &submitted()).unwrap();
+}
+
+#[test]
+fn a_guard_blocks_a_second_writer_until_cleared() {
+    let (_dir, store) = open();
+    let guard = NewGuard { workdir_alias: "repo".into() };
+    store.insert_task(&new_task("agt_1", None), 9, Some(&guard), &submitted()).unwrap();
+    let err = store.insert_task(&new_task("agt_2", None), 9, Some(&guard), &submitted()).unwrap_err();
+    assert!(matches!(err, StoreError::GuardPresent { ref task_id } if task_id == "agt_1"));
+    assert!(!store.clear_guard("repo", "agt_2").unwrap(), "only the named task clears it");
+    assert!(store.clear_guard("repo", "agt_1").unwrap());
+    store.insert_task(&new_task("agt_2", None), 9, Some(&guard), &submitted()).unwrap();
+}
+
+fn running(store: &Store, id: &str) {
+    store.insert_task(&new_task(id, None), 9, None, &submitted()).unwrap();
+    store.transition(id, TaskStatus::Starting, TransitionFields::default(), 2).unwrap();
+    store.transition(id, TaskStatus::Running, TransitionFields::default(), 2).unwrap();
+}
+
+fn approval(id: &str) -> NewInteraction {
+    NewInteraction { request_id: id.into(), kind: InteractionKind::Approval, payload_json: "{}".into(), expires_at: 5_000 }
+}
+
+#[test]
+fn interactions_resolve_once_under_contention() {
+    let (_dir, store) = open();
+    running(&store, "agt_1");
+    let task = store.open_interaction("agt_1", &approval("req_1"), 10).unwrap();
+    assert_eq!(task.status, TaskStatus::WaitingForApproval);
+    assert!(matches!(store.open_interaction("agt_1", &approval("req_2"), 10), Err(StoreError::RequestPending)));
+    let store = Arc::new(store);
+    let barrier = Arc::new(Barrier::new(6));
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                let event = NewEvent::new("approval.resolved", serde_json::json!({}));
+                store.resolve_interaction("agt_1", "req_1", InteractionKind::Approval, "{}", &event, 20)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, StoreError::RequestAlreadyResolved)));
+    assert_eq!(store.get_task("agt_1").unwrap().unwrap().status, TaskStatus::Running);
+}
+
+#[test]
+fn a_terminal_transition_stales_the_pending_request() {
+    let (_dir, store) = open();
+    running(&store, "agt_1");
+    store.open_interaction("agt_1", &approval("req_1"), 10).unwrap();
+    store.transition("agt_1", TaskStatus::Cancelled, TransitionFields::default(), 11).unwrap();
+    assert_eq!(store.get_interaction("req_1").unwrap().unwrap().status, "stale");
+    let task = store.get_task("agt_1").unwrap().unwrap();
+    assert_eq!(task.pending_request_id, None);
+    let event = NewEvent::new("approval.resolved", serde_json::json!({}));
+    let late = store.resolve_interaction("agt_1", "req_1", InteractionKind::Approval, "{}", &event, 12);
+    assert!(matches!(late, Err(StoreError::RequestStale)));
+}
+
+#[test]
+fn expired_and_abandoned_requests_are_stale() {
+    let (_dir, store) = open();
+    running(&store, "agt_1");
+    store.open_interaction("agt_1", &approval("req_1"), 10).unwrap();
+    let event = NewEvent::new("approval.resolved", serde_json::json!({}));
+    let late = store.resolve_interaction("agt_1", "req_1", InteractionKind::Approval, "{}", &event, 5_000);
+    assert!(matches!(late, Err(StoreError::RequestStale)), "at expires_at the request is stale");
+    assert!(store.abandon_interaction("agt_1", "req_1", 20).unwrap());
+    assert!(!store.abandon_interaction("agt_1", "req_1", 21).unwrap());
+    assert_eq!(store.get_task("agt_1").unwrap().unwrap().status, TaskStatus::Running);
+}
+
+#[test]
+fn provider_events_over_the_cap_are_dropped_and_counted() {
+    let (_dir, store) = open();
+    running(&store, "agt_1");
+    let base = store.get_task("agt_1").unwrap().unwrap().event_count;
+    let cap = base as u32 + 3;
+    let event = NewEvent::new("agent.message", serde_json::json!({"text": "x"}));
+    let kept: Vec<_> = (0..5).map(|_| store.append_event("agt_1", &event, Some(cap), 5).unwrap()).collect();
+    assert_eq!(kept.iter().filter(|k| k.is_some()).count(), 3);
+    store.append_event("agt_1", &NewEvent::new("task.completed", serde_json::json!({})), None, 6).unwrap();
+    let task = store.get_task("agt_1").unwrap().unwrap();
+    assert_eq!(task.events_dropped, 2);
+    assert_eq!(task.event_count, base + 4);
+    let events = store.read_events("agt_1", 0, 500).unwrap();
+    assert_eq!(events.len() as i64, task.event_count);
+    assert!(events.windows(2).all(|w| w[0].event_id < w[1].event_id));
+}
+
+#[test]
+fn retention_spares_active_and_guarded_tasks() {
+    let (_dir, store) = open();
+    let guard = NewGuard { workdir_alias: "repo".into() };
+    for id in ["agt_old", "agt_guarded", "agt_active", "agt_new"] {
+        let g = (id == "agt_guarded").then_some(&guard);
+        store.insert_task(&new_task(id, Some(id)), 9, g, &submitted()).unwrap();
+    }
+    for (id, at) in [("agt_old", 100), ("agt_guarded", 100), ("agt_new", 900)] {
+        store.transition(id, TaskStatus::Cancelled, TransitionFields::default(), at).unwrap();
+    }
+    let deleted: Vec<String> = store.delete_expired(500).unwrap().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(deleted, ["agt_old"]);
+    assert!(store.get_task("agt_old").unwrap().is_none());
+    assert!(store.read_events("agt_old", 0, 10).unwrap().is_empty(), "events go with the task");
+    assert!(store.find_by_idempotency_key("alice", "agt_old").unwrap().is_none(), "the key is free again");
+    for id in ["agt_guarded", "agt_active", "agt_new"] {
+        assert!(store.get_task(id).unwrap().is_some(), "{id} kept");
+    }
+}
+
+/// A database made by the first schema upgrades in place: old rows keep NULL for the new
+/// fields (nothing fabricated), and the new index and columns work.
+#[test]
+fn a_first_schema_database_upgrades_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    crate::files::ensure_private_dir(&state).unwrap();
+    let path = state.join(DB_FILE);
+    {
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut conn = Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, 1).unwrap();
+        for id in ["agt_legacy1", "agt_legacy2"] {
+            conn.execute(
+                "INSERT INTO tasks (task_id, principal, runtime, workdir_alias, relative_cwd, profile, status, \
+                 created_at, updated_at, completed_at, deadline_at, manifest_json, manifest_sha256) \
+                 VALUES (?1, 'alice', 'fake', 'repo', '', 'review', 'succeeded', 1, 2, 2, 3, '{}', 'x')",
+                params![id],
+            )
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO recovery_guards (workdir_alias, task_id, runtime, created_at, updated_at) VALUES ('repo', 'agt_legacy1', 'fake', 1, 1)",
+            [],
+        )
+        .unwrap();
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 1);
+    }
+    let store = Store::open(&state).unwrap();
+    let v: i64 = store.read(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(v, schema::MIGRATIONS.len() as i64);
+    for id in ["agt_legacy1", "agt_legacy2"] {
+        let row = store.get_task(id).unwrap().unwrap();
+        assert_eq!(row.idempotency_key, None, "no fabricated key");
+        assert_eq!(row.request_fingerprint, None, "no fabricated fingerprint");
+        assert_eq!(row.status, TaskStatus::Succeeded);
+    }
+    assert_eq!(store.get_guard("repo").unwrap().unwrap().proof_json, None);
+    store.insert_task(&new_task("agt_new", Some("k")), 9, None, &submitted()).unwrap();
+    assert!(matches!(store.insert_task(&new_task("agt_dup", Some("k")), 9, None, &submitted()).unwrap(), Inserted::Existing(_)));
+    drop(store);
+    // Opening again applies nothing twice.
+    let store = Store::open(&state).unwrap();
+    assert!(store.get_task("agt_new").unwrap().is_some());
+}
