@@ -37,9 +37,9 @@ pub struct Cli {
     command: Command,
 }
 
-/// Where the config comes from.
+/// Where the config comes from (neither: the embedded default, see [`embedded_default`]).
 #[derive(Debug, Args, Clone)]
-#[group(required = true, multiple = false)]
+#[group(required = false, multiple = false)]
 pub struct ConfigSource {
     /// A private JSON config written by `config render`.
     #[arg(long)]
@@ -68,7 +68,8 @@ pub struct Target {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the daemon in the foreground.
+    /// Run the daemon in the foreground (no option: the current directory as workdir `here`
+    /// with the scripted `fake` runtime, state under the XDG directories).
     Serve(ConfigSource),
     /// Validate and render configuration.
     #[command(subcommand)]
@@ -156,7 +157,7 @@ fn serve(source: ConfigSource) -> ExitCode {
     let config = match (&source.config, &source.env_file) {
         (Some(path), _) => crate::config::load_json(path).map_err(|e| e.to_string()),
         (None, Some(path)) => crate::config::env::from_env_file(path).map(|r| r.config).map_err(|r| r.to_string()),
-        (None, None) => Err("give --config or --env-file".to_owned()),
+        (None, None) => embedded_default(),
     };
     let config = match config {
         Ok(c) => c,
@@ -173,11 +174,30 @@ fn serve(source: ConfigSource) -> ExitCode {
     match runtime.block_on(crate::daemon::run(config)) {
         Ok(()) => Exit::Ok.into(),
         Err(e) => {
-            tracing::error!("{e:#}");
             output::error(&format!("agent-bridge: {e:#}"));
             Exit::Failure.into()
         }
     }
+}
+
+/// The embedded default: the current directory as the workspace-write workdir `here` with the
+/// `fake` runtime, every other setting at its `.env` default.
+pub fn embedded_default() -> Result<crate::config::BridgeConfig, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let cwd = cwd.to_str().ok_or("the current directory is not valid UTF-8")?;
+    let lines = [
+        "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true".to_owned(),
+        "WORKDIR_01_ALIAS=here".to_owned(),
+        format!("WORKDIR_01_PATH=\"{}\"", cwd.replace('\\', "\\\\").replace('"', "\\\"")),
+        "WORKDIR_01_DESCRIPTION=The directory agent-bridge was started in".to_owned(),
+        "WORKDIR_01_READ_ONLY=false".to_owned(),
+        "WORKDIR_01_AGENT_MODE=workspace-write".to_owned(),
+        "WORKDIR_01_AGENT_RUNTIMES=fake".to_owned(),
+    ];
+    let entries = crate::config::dotenv::parse(lines.join("\n").as_bytes())
+        .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))?;
+    let context = crate::config::env::Context::current().map_err(|r| r.to_string())?;
+    crate::config::env::from_pairs(&entries, &context).map(|r| r.config).map_err(|r| r.to_string())
 }
 
 fn init_tracing() {

@@ -127,6 +127,13 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
         tokio::select! {
             biased;
             _ = job.cancel.cancelled() => {
+                // A pending approval is answered "cancel" first, as the provider expects when
+                // a human stops the task from the request itself.
+                if let Some(p) = pending.take().filter(|p| p.kind == InteractionKind::Approval) {
+                    let _ = commands
+                        .send(ProviderCommand::Approval { native_id: p.native_id, decision: "cancel_task".into(), granted_permission_ids: vec![] })
+                        .await;
+                }
                 interrupt(&inner, &task_id, session, redactor).await;
                 return Ending::AlreadyTerminal;
             }
