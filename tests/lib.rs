@@ -31,16 +31,12 @@ pub fn bridge_bin() -> PathBuf {
 }
 
 /// How to configure a test bridge.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Extra `.env` lines (`KEY=VALUE`).
     pub env: Vec<String>,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options { env: Vec::new() }
-    }
+    /// The executable to run instead of [`bridge_bin`] (benchmarks pass cargo's own path).
+    pub bin: Option<PathBuf>,
 }
 
 impl Options {
@@ -67,6 +63,7 @@ pub struct TestBridge {
     pub docs: PathBuf,
     /// The `.env` the bridge was started with.
     pub env_file: PathBuf,
+    bin: PathBuf,
     child: Option<Child>,
 }
 
@@ -124,6 +121,7 @@ impl TestBridge {
             docs: root.join("docs"),
             env_file,
             dir,
+            bin: options.bin.clone().unwrap_or_else(bridge_bin),
             child: None,
         };
         bridge.spawn().await;
@@ -138,7 +136,7 @@ impl TestBridge {
             .append(true)
             .open(self.dir.path().join("bridge.log"))
             .expect("log file");
-        let child = Command::new(bridge_bin())
+        let child = Command::new(&self.bin)
             .arg("serve")
             .arg("--env-file")
             .arg(&self.env_file)
@@ -255,7 +253,7 @@ impl TestBridge {
 
     /// Runs the CLI against this bridge.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(bridge_bin()).args(args).arg("--socket").arg(&self.socket).output().expect("run the CLI")
+        Command::new(&self.bin).args(args).arg("--socket").arg(&self.socket).output().expect("run the CLI")
     }
 
     /// Whether the writer lease of `slot` is free (tries the same `flock`).
