@@ -25,11 +25,10 @@ pub fn run() -> i32 {
         for line in stdin.lock().lines() {
             let Ok(line) = line else { break };
             // An unreadable command line is ignored, like a CLI ignoring junk on its input.
-            if let Ok(msg) = serde_json::from_str::<ToChild>(&line) {
-                if tx.send(Some(msg)).is_err() {
+            if let Ok(msg) = serde_json::from_str::<ToChild>(&line)
+                && tx.send(Some(msg)).is_err() {
                     return;
                 }
-            }
         }
         let _ = tx.send(None);
     });

@@ -69,44 +69,38 @@ fn check(schema: &Value, value: &mut Value, path: &str) -> Result<(), ToolError>
         let expected = types.iter().filter(|t| **t != "null").copied().collect::<Vec<_>>().join(" or ");
         return Err(ToolError::invalid(param, format!("must be {}", with_article(&expected))));
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value) {
             let list = allowed.iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect::<Vec<_>>();
             return Err(ToolError::invalid(param, format!("must be one of: {}", list.join(", "))));
         }
-    }
-    if let Some(c) = schema.get("const") {
-        if c != value {
+    if let Some(c) = schema.get("const")
+        && c != value {
             return Err(ToolError::invalid(param, format!("must be {c}")));
         }
-    }
     match value {
         Value::Number(n) => check_number(schema, n, param),
         Value::String(s) => {
             let chars = s.chars().count() as u64;
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-                if chars < min {
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                && chars < min {
                     return Err(ToolError::invalid(param, format!("must be at least {min} characters long")));
                 }
-            }
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-                if chars > max {
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                && chars > max {
                     return Err(ToolError::invalid(param, format!("must be at most {max} characters long")));
                 }
-            }
             Ok(())
         }
         Value::Array(items) => {
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-                if (items.len() as u64) < min {
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && (items.len() as u64) < min {
                     return Err(ToolError::invalid(param, format!("must hold at least {min} item(s)")));
                 }
-            }
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-                if items.len() as u64 > max {
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && items.len() as u64 > max {
                     return Err(ToolError::invalid(param, format!("must hold at most {max} items")));
                 }
-            }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
                     check(item_schema, item, &format!("{param}[{i}]"))?;
@@ -155,11 +149,10 @@ fn coerce_numeric_string(types: &[&str], value: &mut Value) {
         } else if let Some(n) = t.parse::<f64>().ok().filter(|f| f.is_finite() && f.fract() == 0.0 && f.abs() < 9e15) {
             *value = Value::from(n as i64);
         }
-    } else if types.contains(&"number") {
-        if let Some(n) = t.parse::<f64>().ok().filter(|f| f.is_finite()).and_then(Number::from_f64) {
+    } else if types.contains(&"number")
+        && let Some(n) = t.parse::<f64>().ok().filter(|f| f.is_finite()).and_then(Number::from_f64) {
             *value = Value::Number(n);
         }
-    }
 }
 
 fn check_number(schema: &Value, n: &mut Number, param: &str) -> Result<(), ToolError> {

@@ -499,11 +499,10 @@ pub(super) fn all() -> Vec<Capability> {
                 if name == crate::model::Principal::local_operator().name || name == ctx.services.config.mcp_auth.tunnel_principal {
                     return Err(ToolError::invalid("name", "is reserved"));
                 }
-                if let Some(list) = &a.workdirs {
-                    if let Some(unknown) = list.iter().find(|w| !ctx.services.config.workdirs.iter().any(|c| &c.alias == *w)) {
+                if let Some(list) = &a.workdirs
+                    && let Some(unknown) = list.iter().find(|w| !ctx.services.config.workdirs.iter().any(|c| &c.alias == *w)) {
                         return Err(ToolError::new(code::WORKDIR_NOT_FOUND, format!("no workdir named {unknown:?}")));
                     }
-                }
                 let role = match a.role {
                     RoleArg::Viewer => Role::Viewer,
                     RoleArg::Operator => Role::Operator,

@@ -244,11 +244,10 @@ impl Store {
         event: &NewEvent,
     ) -> Result<Inserted, StoreError> {
         self.write(|tx| {
-            if let Some(key) = &new.idempotency_key {
-                if let Some(existing) = find_by_key_in(tx, &new.principal, key)? {
+            if let Some(key) = &new.idempotency_key
+                && let Some(existing) = find_by_key_in(tx, &new.principal, key)? {
                     return Ok(Inserted::Existing(existing));
                 }
-            }
             let active: i64 = tx.query_row(
                 &format!("SELECT COUNT(*) FROM tasks WHERE status IN {ACTIVE_STATES}"),
                 [],
@@ -379,6 +378,14 @@ impl Store {
     /// with its events and interactions; returns the deleted ids (their spool files are the
     /// caller's to remove).
     pub fn delete_expired(&self, cutoff: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        // Most passes find nothing: check on a reader first so they cost no write transaction.
+        let due: i64 = self.read(|c| {
+            Ok(c.prepare_cached("SELECT COUNT(*) FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1")?
+                .query_row([cutoff], |r| r.get(0))?)
+        })?;
+        if due == 0 {
+            return Ok(Vec::new());
+        }
         self.write(|tx| {
             let mut stmt = tx.prepare(
                 "SELECT task_id, result_storage FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1 \

@@ -423,13 +423,12 @@ async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &R
         }
     }
     let id = task_id.clone();
-    if let Ok(Some(row)) = inner.store.call(move |s| s.get_task(&id)).await {
-        if row.events_dropped > 0 {
+    if let Ok(Some(row)) = inner.store.call(move |s| s.get_task(&id)).await
+        && row.events_dropped > 0 {
             let event = NewEvent::new("events.dropped", json!({ "count": row.events_dropped }));
             let (tid, now) = (task_id.clone(), inner.clock.now_ms());
             let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
         }
-    }
     let holds_guard = lease.is_some();
     drop(lease);
     if holds_guard {
