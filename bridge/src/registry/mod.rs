@@ -170,7 +170,9 @@ impl Registry {
         let started = Instant::now();
         let services = &self.services;
         let client_name = params.client.as_ref().map(|c| c.name.chars().take(64).collect::<String>());
-        let capability_name: String = params.name.chars().take(64).collect();
+        // Caller-supplied strings reach the audit log only in a harmless shape.
+        let capability_name: String =
+            params.name.chars().filter(|c| c.is_ascii_alphanumeric() || "_-.".contains(*c)).take(64).collect();
         let mut row = AuditRow {
             audit_id: 0,
             at: services.clock.now_ms(),
@@ -182,7 +184,12 @@ impl Registry {
             outcome: "denied".into(),
             error_code: None,
             duration_us: 0,
-            task_id: params.arguments.get("task_id").and_then(Value::as_str).map(|s| s.chars().take(64).collect()),
+            task_id: params
+                .arguments
+                .get("task_id")
+                .and_then(Value::as_str)
+                .filter(|id| crate::ids::looks_like(id, "agt_"))
+                .map(str::to_owned),
             plan_id: None,
             client_name,
         };

@@ -217,7 +217,9 @@ impl TaskService {
         };
 
         let (control_tx, control_rx) = mpsc::channel(16);
-        let cancel = inner.shutdown.child_token();
+        // Not a child of the shutdown token: at shutdown the terminal state is persisted
+        // first, and only then is each runner cancelled (`TaskService::shutdown`).
+        let cancel = tokio_util::sync::CancellationToken::new();
         inner.active.lock().unwrap_or_else(|p| p.into_inner()).insert(
             row.task_id.clone(),
             Active { cancel: cancel.clone(), control: control_tx, runtime: req.runtime },
