@@ -108,12 +108,18 @@ enum ConfigCommand {
         /// Where to write the JSON config.
         #[arg(long)]
         output: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Validate a `.env` and print the effective configuration or every refusal.
     Check {
         /// The operator's `.env`.
         #[arg(long)]
         env_file: PathBuf,
+        /// Print the effective bridge config and the ignored keys as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -122,16 +128,26 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::FakeAgent => ExitCode::from(crate::provider::fake_agent::run().clamp(0, 255) as u8),
-        Command::Config(ConfigCommand::Check { env_file }) => match crate::config::env::from_env_file(&env_file) {
+        Command::Config(ConfigCommand::Check { env_file, json }) => match crate::config::env::from_env_file(&env_file) {
+            Ok(report) if json => {
+                let ignored: Vec<&str> = report.ignored.iter().map(|k| k.key.as_str()).collect();
+                let doc = serde_json::json!({ "config": report.config, "ignored_keys": ignored });
+                output::line(&serde_json::to_string_pretty(&doc).unwrap_or_default());
+                Exit::Ok.into()
+            }
             Ok(report) => {
                 output::line(&report.to_string());
                 Exit::Ok.into()
             }
             Err(refusals) => refuse(&refusals.to_string()),
         },
-        Command::Config(ConfigCommand::Render { env_file, output: out }) => {
+        Command::Config(ConfigCommand::Render { env_file, output: out, json }) => {
             match crate::config::env::from_env_file(&env_file) {
                 Ok(report) => match crate::config::render::write_private_json(&report.config, &out) {
+                    Ok(()) if json => {
+                        output::line(&serde_json::json!({ "output": out }).to_string());
+                        Exit::Ok.into()
+                    }
                     Ok(()) => {
                         output::line(&format!("wrote {}", out.display()));
                         Exit::Ok.into()
