@@ -213,6 +213,27 @@ impl TestBridge {
         self.client().call(methods::CAPABILITIES_LIST, params).await
     }
 
+    /// Lists the capabilities visible with an exact credential string on any surface.
+    pub async fn list_on(&self, surface: Surface, credential: Option<&str>) -> Result<Value, CallError> {
+        let params = ListParams { credential: credential.map(str::to_owned), surface, client: None };
+        let Value::Object(params) = serde_json::to_value(params).expect("params") else { unreachable!() };
+        self.client().call(methods::CAPABILITIES_LIST, params).await
+    }
+
+    /// Creates an API key restricted to `workdirs` (as the local operator) and returns its secret.
+    pub async fn create_key_for(&self, name: &str, role: &str, workdirs: &[&str]) -> String {
+        let v = self
+            .call("admin_create_api_key", json!({ "name": name, "role": role, "workdirs": workdirs }))
+            .await
+            .expect("create key");
+        v["secret"].as_str().expect("secret").to_owned()
+    }
+
+    /// Runs one `SELECT COUNT(*) …` (or any single-integer query) on the store.
+    pub fn db_count(&self, sql: &str) -> i64 {
+        self.db().query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     /// Creates an API key and returns its secret.
     pub async fn create_key(&self, name: &str, role: &str) -> String {
         let v = self.call("admin_create_api_key", json!({ "name": name, "role": role })).await.expect("create key");
@@ -266,6 +287,30 @@ impl TestBridge {
         }
     }
 
+    /// Waits (bounded polling: no event announces it) until a finished writer task has let go
+    /// of its workdir: the lease of `slot` is free and no recovery guard names `task_id`. The
+    /// bridge persists a terminal state before its runner releases the lease and clears the
+    /// guard, so a second writer submitted the moment the first reads terminal may still get
+    /// `WORKDIR_BUSY`.
+    pub async fn wait_released(&self, task_id: &str, slot: u8) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let guards: i64 = self
+                .db()
+                .query_row("SELECT COUNT(*) FROM recovery_guards WHERE task_id = ?1", [task_id], |r| r.get(0))
+                .expect("count guards");
+            if guards == 0 && self.lease_is_free(slot) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "task {task_id} still holds slot {slot:02} (guards: {guards}) after 20 s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// How many provider turns the fake runtime started (one session record per turn).
     pub fn fake_turns(&self) -> usize {
         let dir = self.state_dir.join("runtimes/fake/sessions");
@@ -297,6 +342,39 @@ impl Drop for TestBridge {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Bounded polling, for conditions no event announces (a lock file released, a row deleted,
+/// a file written by a child): checks `cond` every 20 ms until it holds; panics with `what`
+/// after `limit`.
+pub async fn poll_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Bounded polling of an asynchronous condition (see [`poll_until`]).
+pub async fn poll_until_async<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The code and message of a call the bridge refused.
+pub fn error_of(result: &Result<Value, CallError>) -> (String, String) {
+    match result {
+        Ok(v) => panic!("expected an error, got {v:#}"),
+        Err(CallError::Remote { code, message }) => (code.clone(), message.clone()),
+        Err(e) => panic!("expected a refusal from the bridge, got {e}"),
     }
 }
 

@@ -2,3 +2,5 @@
 //! sockets and drives them through the socket protocol and the CLI.
 
 mod smoke;
+mod idempotency;
+mod policy;
