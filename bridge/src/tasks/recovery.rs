@@ -84,7 +84,9 @@ impl Inner {
         let _ = self.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
         self.changes.notify(&task_id);
         let (alias, id) = (guard.workdir_alias.clone(), task_id);
-        self.store.call(move |s| s.clear_guard(&alias, &id)).await.unwrap_or(false)
+        // Deleting nothing means no guard names this task any more: its runner cleared it
+        // since `guard` was read. That guard is gone all the same.
+        self.store.call(move |s| s.clear_guard(&alias, &id)).await.is_ok()
     }
 }
 
@@ -142,5 +144,57 @@ impl TaskService {
         if tokio::time::timeout(bound, inner.tracker.wait()).await.is_err() {
             tracing::warn!("some task runners did not finish within the shutdown bound");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::lease::Leases;
+    use crate::provider::Providers;
+    use crate::provider::env::BaseEnv;
+    use crate::store::Store;
+    use crate::tasks::TaskService;
+
+    fn service(root: &std::path::Path) -> TaskService {
+        std::fs::create_dir_all(root.join("repo")).unwrap();
+        let mut env = format!(
+            "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={root}/run\nSERVERFS_AGENT_LOCK_HOST_DIR={root}/locks\n\
+             SERVERFS_AGENT_BRIDGE_STATE_DIR={root}/state\nSERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true\n\
+             WORKDIR_01_ALIAS=repo\nWORKDIR_01_PATH={root}/repo\nWORKDIR_01_READ_ONLY=false\n\
+             WORKDIR_01_AGENT_MODE=workspace-write\nWORKDIR_01_AGENT_RUNTIMES=fake\n",
+            root = root.display()
+        );
+        if nix::unistd::geteuid().is_root() {
+            env.push_str("SERVERFS_AGENT_ALLOW_ROOT=true\n");
+        }
+        std::fs::write(root.join("bridge.env"), env).unwrap();
+        let config = crate::config::env::from_env_file(&root.join("bridge.env")).unwrap().config;
+        let store = Arc::new(Store::open(&config.state_dir).unwrap());
+        let leases = Leases::open(&config.lock_dir).unwrap();
+        let providers = Providers::new(&config, std::env::current_exe().unwrap(), BaseEnv::from_vars(Vec::new()));
+        TaskService::new(Arc::new(config), store, Clock::System, providers, leases, CancellationToken::new(), None)
+    }
+
+    /// Submit reads the guard, then the task's runner (whose provider is proven stopped)
+    /// clears it before submit tries to: the guard is gone, not "recovery required".
+    #[tokio::test]
+    async fn a_guard_its_runner_cleared_meanwhile_counts_as_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = service(dir.path());
+        let read_earlier = GuardRow {
+            workdir_alias: "repo".into(),
+            task_id: crate::ids::task_id(),
+            runtime: "fake".into(),
+            created_at: 0,
+            updated_at: 0,
+            proof_json: None,
+        };
+        assert!(service.inner.try_clear_guard(&read_earlier, code::AGENT_PROVIDER_INACTIVE).await);
     }
 }
