@@ -1,4 +1,6 @@
 //! The end-to-end suite: each module starts real `agent-bridge` processes on temporary
 //! sockets and drives them through the socket protocol and the CLI.
 
+mod protocol;
 mod smoke;
+mod validation;
