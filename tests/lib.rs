@@ -27,7 +27,43 @@ pub fn bridge_bin() -> PathBuf {
         "{} is missing: run the suite with `cargo test --workspace` (which builds it) or set AGENT_BRIDGE_BIN",
         bin.display()
     );
+    static FRESH: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    FRESH.get_or_init(|| assert_fresh(&bin));
     bin
+}
+
+/// Fails when a source file of the bridge is newer than the binary next to the tests:
+/// `cargo test -p e2e` (or `--test e2e`) does not rebuild `agent-bridge`, and a stale binary
+/// would silently test old code.
+fn assert_fresh(bin: &Path) {
+    fn newest(dir: &Path, newest_seen: &mut Option<(std::time::SystemTime, PathBuf)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                newest(&path, newest_seen);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && let Ok(modified) = entry.metadata().and_then(|m| m.modified())
+                && newest_seen.as_ref().is_none_or(|(t, _)| modified > *t)
+            {
+                *newest_seen = Some((modified, path));
+            }
+        }
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
+    let mut newest_source = None;
+    for dir in ["bridge/src", "proto/src"] {
+        newest(&workspace.join(dir), &mut newest_source);
+    }
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).expect("the binary's mtime");
+    if let Some((modified, source)) = newest_source {
+        assert!(
+            modified <= built,
+            "{} is older than {}: build it first (`cargo build -p agent-bridge`, or run `cargo test --workspace`)",
+            bin.display(),
+            source.display()
+        );
+    }
 }
 
 /// How to configure a test bridge.
@@ -101,6 +137,23 @@ impl TestBridge {
 
     /// Starts a bridge with extra `.env` lines.
     pub async fn start_with(options: Options) -> TestBridge {
+        let mut bridge = TestBridge::prepare(options);
+        bridge.spawn().await;
+        bridge
+    }
+
+    /// Starts a bridge that is not expected to answer `bridge.health` (e.g. one that refuses
+    /// this test's uid): waits, bounded, only until its socket file exists.
+    pub async fn start_unready(options: Options) -> TestBridge {
+        let mut bridge = TestBridge::prepare(options);
+        bridge.spawn_child();
+        bridge.wait_socket().await;
+        bridge
+    }
+
+    /// Creates the private temporary directory, the workdirs and the `.env`, without starting
+    /// anything (a test may then arrange files and start the bridge itself).
+    pub fn prepare(options: Options) -> TestBridge {
         let dir = tempfile::Builder::new().prefix("ab-e2e-").tempdir().expect("temp dir");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod temp dir");
         let root = dir.path().canonicalize().expect("canonical temp dir");
@@ -113,7 +166,7 @@ impl TestBridge {
         }
         let env_file = root.join("bridge.env");
         std::fs::write(&env_file, env).expect("write .env");
-        let mut bridge = TestBridge {
+        TestBridge {
             socket: root.join("run/bridge.sock"),
             state_dir: root.join("state"),
             lock_dir: root.join("locks"),
@@ -123,13 +176,23 @@ impl TestBridge {
             dir,
             bin: options.bin.clone().unwrap_or_else(bridge_bin),
             child: None,
-        };
-        bridge.spawn().await;
-        bridge
+        }
+    }
+
+    /// The canonical temporary directory everything lives in (a host path that must never
+    /// reach a caller).
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().expect("canonical temp dir")
     }
 
     /// Starts the bridge process on the existing directory and waits until it answers.
     pub async fn spawn(&mut self) {
+        self.spawn_child();
+        self.wait_ready().await;
+    }
+
+    /// Starts the bridge process without waiting for anything.
+    fn spawn_child(&mut self) {
         assert!(self.child.is_none(), "the bridge is already running");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -147,7 +210,52 @@ impl TestBridge {
             .spawn()
             .expect("start agent-bridge");
         self.child = Some(child);
-        self.wait_ready().await;
+    }
+
+    /// Waits (bounded poll, 20 s) until the socket file exists; panics if the bridge exits first.
+    async fn wait_socket(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut pause = Duration::from_millis(5);
+        while !self.socket.exists() {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("agent-bridge exited before it created its socket ({status}):\n{}", self.log());
+            }
+            assert!(tokio::time::Instant::now() < deadline, "agent-bridge created no socket in 20 s:\n{}", self.log());
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs another `agent-bridge serve` with `env_file` (default: this bridge's) and waits,
+    /// at most `within`, for it to exit; returns its output. A process still running at the
+    /// deadline is killed and the test fails: a refused start must exit on its own.
+    pub async fn serve_until_exit(&self, env_file: Option<&Path>, within: Duration) -> std::process::Output {
+        let child = tokio::process::Command::new(&self.bin)
+            .arg("serve")
+            .arg("--env-file")
+            .arg(env_file.unwrap_or(&self.env_file))
+            .env("AGENT_BRIDGE_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start agent-bridge");
+        match tokio::time::timeout(within, child.wait_with_output()).await {
+            Ok(output) => output.expect("wait for agent-bridge"),
+            Err(_) => panic!("agent-bridge serve was still running after {} s; it should have refused to start", within.as_secs()),
+        }
+    }
+
+    /// Counts the rows of a store table (`tasks`, `events`, `interactions`, …).
+    pub fn count(&self, table: &str) -> i64 {
+        assert!(table.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "table name {table:?}");
+        self.db().query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).expect("count rows")
+    }
+
+    /// Row counts of the task tables, to prove a refused request changed nothing.
+    pub fn store_counts(&self) -> [(&'static str, i64); 3] {
+        ["tasks", "events", "interactions"].map(|t| (t, self.count(t)))
     }
 
     async fn wait_ready(&mut self) {

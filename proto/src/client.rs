@@ -71,10 +71,20 @@ impl Connection {
     /// Sends one request and waits for its response.
     pub async fn call(&mut self, method: &str, params: Map<String, Value>) -> Result<Value, CallError> {
         let request = Request { request_id: next_request_id(), method: method.to_owned(), params };
-        self.writer
-            .write_all(&request.to_line())
-            .await
-            .map_err(|e| CallError::Unavailable(format!("cannot send to the bridge: {e}")))?;
+        if let Err(e) = self.writer.write_all(&request.to_line()).await {
+            // The bridge may have refused this connection before reading anything (a peer it
+            // does not allow) and closed it: its one refusal line is still there to read, and
+            // it says more than the broken pipe does.
+            return match self.read_response(&request.request_id).await {
+                Err(refusal @ CallError::Remote { .. }) => Err(refusal),
+                _ => Err(CallError::Unavailable(format!("cannot send to the bridge: {e}"))),
+            };
+        }
+        self.read_response(&request.request_id).await
+    }
+
+    /// Reads the response to the request `request_id`.
+    async fn read_response(&mut self, request_id: &str) -> Result<Value, CallError> {
         let line = read_line(&mut self.reader, &mut self.buf, MAX_LINE_BYTES)
             .await
             .map_err(|e| CallError::Unavailable(format!("cannot read from the bridge: {e}")))?;
@@ -86,9 +96,8 @@ impl Connection {
             Line::TooLong => return Err(CallError::Protocol("response line is too long".into())),
         }
         match Response::parse(&self.buf).map_err(CallError::Protocol)? {
-            Response::Ok { request_id, result } if request_id == request.request_id => Ok(result),
-            Response::Err { request_id, error }
-                if request_id.is_none() || request_id.as_deref() == Some(&request.request_id) =>
+            Response::Ok { request_id: id, result } if id == request_id => Ok(result),
+            Response::Err { request_id: id, error } if id.is_none() || id.as_deref() == Some(request_id) =>
             {
                 Err(CallError::Remote { code: error.code, message: error.message })
             }
@@ -129,5 +138,30 @@ impl Client {
                 self.timeout.as_secs_f64()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::ErrorBody;
+
+    #[tokio::test]
+    async fn a_refusal_sent_before_the_request_is_reported_even_when_the_send_fails() {
+        let path = std::env::temp_dir().join(format!("bridge-proto-client-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        // A bridge that refuses the peer: one line, then close, without reading anything.
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let refusal = Response::Err { request_id: None, error: ErrorBody::new(codes::PEER_NOT_AUTHORIZED, "no") };
+            stream.write_all(&refusal.to_line()).await.unwrap();
+        });
+        let mut conn = Connection::connect(&path).await.unwrap();
+        server.await.unwrap();
+        // The bridge has closed: the send fails with a broken pipe, the refusal is still read.
+        let err = conn.call("bridge.health", Map::new()).await.unwrap_err();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(err.code(), codes::PEER_NOT_AUTHORIZED, "{err}");
     }
 }

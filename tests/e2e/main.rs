@@ -1,6 +1,8 @@
 //! The end-to-end suite: each module starts real `agent-bridge` processes on temporary
 //! sockets and drives them through the socket protocol and the CLI.
 
-mod smoke;
 mod idempotency;
 mod policy;
+mod protocol;
+mod smoke;
+mod validation;
