@@ -80,8 +80,11 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         audit: audit.clone(),
         clock,
     }));
-    let listener = server::bind(&config.socket_path)?;
     let policy = PeerPolicy { uid: config.allowed_peer_uid.unwrap_or(uid), gid: config.allowed_peer_gid.unwrap_or(gid) };
+    // A peer of another user reaches the socket through the group; the bridge's own user
+    // needs no group access.
+    let shared_gid = (policy.uid != uid).then_some(policy.gid);
+    let listener = server::bind(&config.socket_path, shared_gid)?;
     if config.mcp_auth.mode == crate::config::McpAuthMode::None {
         tracing::warn!(principal = config.mcp_auth.tunnel_principal, "tunnel mode: every MCP caller is one principal, unauthenticated");
     }

@@ -23,6 +23,45 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Creates `dir` (mode 0750, group `gid`) when missing, for a socket shared with a peer of
+/// another user in that group; an existing one must be owned by this user, carry that group
+/// and give the group no write access and others nothing. Never chmods an existing directory.
+pub fn ensure_shared_dir(dir: &Path, gid: u32) -> Result<(), String> {
+    let created = match std::fs::symlink_metadata(dir) {
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(dir)
+                .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?;
+            true
+        }
+        Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
+    };
+    if created {
+        nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(gid)))
+            .map_err(|e| format!("cannot give {} to group {gid}: {e}", dir.display()))?;
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?;
+    if meta.file_type().is_symlink() || !meta.is_dir() {
+        return Err(format!("{} must be a real directory", dir.display()));
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if meta.uid() != uid {
+        return Err(format!("{} is owned by uid {}, not by the bridge user (uid {uid})", dir.display(), meta.uid()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if meta.gid() != gid || mode & 0o027 != 0 || mode & 0o050 != 0o050 {
+        return Err(format!(
+            "{} must have group {gid} and mode 0750 for a shared socket (it has group {} and mode {mode:04o}); the bridge will not change it",
+            dir.display(),
+            meta.gid()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that an existing file or directory is private to the bridge user.
 pub fn check_private(path: &Path, meta: &std::fs::Metadata, want_dir: bool) -> Result<(), String> {
     let what = if want_dir { "directory" } else { "file" };

@@ -772,3 +772,27 @@ async fn a_state_dir_open_to_others_is_refused_and_left_alone() {
     );
     assert!(!bridge.socket.exists(), "the refused bridge bound a socket");
 }
+
+/// DESIGN §5: for a peer of another user, the socket is shared through the peer's group
+/// (socket 0660, directory 0750, both in that group) instead of being private.
+#[tokio::test]
+async fn a_socket_for_another_user_is_shared_through_the_group() {
+    use std::os::unix::fs::MetadataExt;
+    let other_uid = nix::unistd::geteuid().as_raw() + 1;
+    let gid = nix::unistd::getegid().as_raw();
+    let bridge = TestBridge::start_unready(
+        Options::default()
+            .with(&format!("SERVERFS_AGENT_PEER_UID={other_uid}"))
+            .with(&format!("SERVERFS_AGENT_PEER_GID={gid}")),
+    )
+    .await;
+    let socket = std::fs::metadata(&bridge.socket).unwrap();
+    let dir = std::fs::metadata(bridge.socket.parent().unwrap()).unwrap();
+    assert_eq!(socket.mode() & 0o777, 0o660);
+    assert_eq!(dir.mode() & 0o777, 0o750);
+    assert_eq!((socket.gid(), dir.gid()), (gid, gid));
+    // Our own uid is still not the allowed peer: the group opens the file, not the bridge.
+    let mut raw = Raw::connect(&bridge).await;
+    let v = raw.recv().await;
+    assert_refused(&v, "PEER_NOT_AUTHORIZED", None, "the group grants the file, not the call");
+}

@@ -1,7 +1,8 @@
 //! The Unix socket: binding safely, accepting connections, and serving them until shutdown.
 //!
-//! The socket's directory must be private to the bridge user (created 0700 when missing);
-//! the socket itself is 0600. A file already at the path is replaced only when it is a socket
+//! The socket's directory must be private to the bridge user (created 0700 when missing) and
+//! the socket itself is 0600 — or, when the allowed peer is another user, 0750 and 0660 in the
+//! peer's group, so a container of that group can connect. A file already at the path is replaced only when it is a socket
 //! of ours that nobody answers on (provably dead) and the bridge holds the instance lock; a
 //! live socket or any other file is never removed (`SOCKET_PATH_IN_USE`).
 
@@ -29,10 +30,15 @@ pub enum BindError {
     Other(String),
 }
 
-/// Binds the socket at `path` (see the module docs for the rules).
-pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
+/// Binds the socket at `path` (see the module docs for the rules). With `shared_gid`, the
+/// socket is 0660 and its directory 0750, both in that group, for a peer of another user (a
+/// container) that belongs to it; otherwise both are private to the bridge user.
+pub fn bind(path: &Path, shared_gid: Option<u32>) -> Result<UnixListener, BindError> {
     let dir = path.parent().ok_or_else(|| BindError::Other(format!("{} has no parent directory", path.display())))?;
-    crate::files::ensure_private_dir(dir).map_err(BindError::Other)?;
+    match shared_gid {
+        Some(gid) => crate::files::ensure_shared_dir(dir, gid).map_err(BindError::Other)?,
+        None => crate::files::ensure_private_dir(dir).map_err(BindError::Other)?,
+    }
     match std::fs::symlink_metadata(path) {
         Ok(meta) => {
             if !meta.file_type().is_socket() || meta.uid() != nix::unistd::geteuid().as_raw() {
@@ -56,7 +62,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
         Err(e) => return Err(BindError::Other(format!("cannot inspect {}: {e}", path.display()))),
     }
     let listener = UnixListener::bind(path).map_err(|e| BindError::Other(format!("cannot bind {}: {e}", path.display())))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    if let Some(gid) = shared_gid {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
+            .map_err(|e| BindError::Other(format!("cannot give {} to group {gid}: {e}", path.display())))?;
+    }
+    let mode = if shared_gid.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| BindError::Other(format!("cannot restrict {}: {e}", path.display())))?;
     Ok(listener)
 }
