@@ -86,6 +86,21 @@ impl Inner {
         let (alias, id) = (guard.workdir_alias.clone(), task_id);
         self.store.call(move |s| s.clear_guard(&alias, &id)).await.unwrap_or(false)
     }
+
+    /// Persists `interrupted/BRIDGE_SHUTDOWN` for a task the stopping bridge leaves behind;
+    /// a task that is already terminal keeps its state.
+    pub(super) async fn interrupt_for_shutdown(&self, task_id: &str) {
+        let now = self.clock.now_ms();
+        let id = task_id.to_owned();
+        let fields = TransitionFields {
+            error_code: Some(code::BRIDGE_SHUTDOWN.to_owned()),
+            error_message: Some("the bridge was stopped while the task was active".into()),
+            event: Some(NewEvent::new("task.interrupted", json!({ "error_code": code::BRIDGE_SHUTDOWN }))),
+            ..Default::default()
+        };
+        let _ = self.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
+        self.changes.notify(task_id);
+    }
 }
 
 impl TaskService {
@@ -126,16 +141,7 @@ impl TaskService {
             .map(|a| a.iter().map(|(id, t)| (id.clone(), t.cancel.clone())).collect())
             .unwrap_or_default();
         for (task_id, cancel) in active {
-            let now = inner.clock.now_ms();
-            let id = task_id.clone();
-            let fields = TransitionFields {
-                error_code: Some(code::BRIDGE_SHUTDOWN.to_owned()),
-                error_message: Some("the bridge was stopped while the task was active".into()),
-                event: Some(NewEvent::new("task.interrupted", json!({ "error_code": code::BRIDGE_SHUTDOWN }))),
-                ..Default::default()
-            };
-            let _ = inner.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
-            inner.changes.notify(&task_id);
+            inner.interrupt_for_shutdown(&task_id).await;
             cancel.cancel();
         }
         inner.tracker.close();

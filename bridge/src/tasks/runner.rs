@@ -127,6 +127,11 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
         tokio::select! {
             biased;
             _ = job.cancel.cancelled() => {
+                // The bridge's stop cancels every runner at once, maybe before
+                // `TaskService::shutdown` gets to this task: persist the reason first.
+                if inner.shutdown.is_cancelled() {
+                    inner.interrupt_for_shutdown(&task_id).await;
+                }
                 interrupt(&inner, &task_id, session, redactor).await;
                 return Ending::AlreadyTerminal;
             }
@@ -375,6 +380,8 @@ async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &R
     let Job { inner, task, lease, .. } = job;
     let task_id = task.task_id.clone();
     match ending {
+        // A runner stopped by the bridge's shutdown before its provider ran.
+        Ending::AlreadyTerminal if inner.shutdown.is_cancelled() => inner.interrupt_for_shutdown(&task_id).await,
         Ending::AlreadyTerminal => {}
         Ending::Completed(text) => {
             let text = redactor.text(&text);
