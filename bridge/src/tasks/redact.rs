@@ -183,7 +183,7 @@ mod tests {
         }
 
         #[test]
-        fn the_root_never_survives_between_separators(a in "[ ,;:!?()'=]{0,12}", b in "[ ,;:!?()'=]{0,12}", tail in "[a-z/]{0,12}") {
+        fn the_root_never_survives_between_separators(a in "[ ,;:!?()'=]{0,12}", b in "[ ,;:!?()'=]{1,12}", tail in "[a-z/]{0,12}") {
             let out = r().text(&format!("{a}/srv/repo/{tail}{b}/home/op{b}"));
             proptest::prop_assert!(!out.contains("/srv/repo"), "{}", out);
             proptest::prop_assert!(!out.contains("/home/op"), "{}", out);
