@@ -358,10 +358,18 @@ impl TestBridge {
     }
 
     /// Waits (by long-polling, never sleeping) until `done(task)` holds; panics after 30 s.
+    ///
+    /// A long poll returns when the task differs from what it was *when the poll began*, so
+    /// each round first reads without waiting: a state reached just before a poll would
+    /// otherwise only be seen when that poll times out.
     pub async fn wait_for(&self, task_id: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let task = self.call("get_agent_task", json!({ "task_id": task_id, "wait_seconds": 5 })).await.expect("get task");
+            let task = self.call("get_agent_task", json!({ "task_id": task_id })).await.expect("get task");
+            if done(&task) {
+                return task;
+            }
+            let task = self.call("get_agent_task", json!({ "task_id": task_id, "wait_seconds": 1 })).await.expect("get task");
             if done(&task) {
                 return task;
             }
@@ -453,13 +461,84 @@ impl Drop for TestBridge {
     }
 }
 
+/// More helpers for the lifecycle suites.
+impl TestBridge {
+    /// `submit_agent_task` with `runtime: fake, workdir: repo` unless `args` says otherwise.
+    pub async fn submit_args(&self, args: Value) -> Result<Value, CallError> {
+        let mut full = json!({ "runtime": "fake", "workdir": "repo" });
+        let Value::Object(extra) = args else { panic!("submit arguments must be an object") };
+        for (k, v) in extra {
+            full[k] = v;
+        }
+        self.call("submit_agent_task", full).await
+    }
+
+    /// Submits and returns the new task id, panicking on refusal.
+    pub async fn submit_ok(&self, args: Value) -> String {
+        let v = self.submit_args(args.clone()).await.unwrap_or_else(|e| panic!("submit {args} failed: {e:?}"));
+        v["task_id"].as_str().expect("task_id").to_owned()
+    }
+
+    /// `get_agent_task` without waiting.
+    pub async fn get(&self, task_id: &str) -> Value {
+        self.call("get_agent_task", json!({ "task_id": task_id })).await.expect("get task")
+    }
+
+    /// Waits until the task has `status`.
+    pub async fn wait_status(&self, task_id: &str, status: &str) -> Value {
+        self.wait_for(task_id, |t| t["status"] == status).await
+    }
+
+    /// Every event of a task, read page by page (500 a page).
+    pub async fn all_events(&self, task_id: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut after = 0u64;
+        loop {
+            let page = self
+                .call("read_agent_task_events", json!({ "task_id": task_id, "after_event_id": after, "limit": 500 }))
+                .await
+                .expect("read events");
+            let events = page["events"].as_array().expect("events").clone();
+            if events.is_empty() {
+                return out;
+            }
+            after = page["next_after_event_id"].as_u64().expect("cursor");
+            out.extend(events);
+        }
+    }
+
+    /// Waits until no writer holds `repo` (slot 01): its lease is free and its guard cleared.
+    /// A terminal task may still hold both for a moment: they are released only after the
+    /// provider's cleanup (seed 001 §14.1), so a writer submitted right away may get
+    /// `WORKDIR_BUSY`.
+    pub async fn writer_idle(&self) {
+        poll_until("the writer lease and guard of `repo` are released", Duration::from_secs(20), || {
+            self.lease_is_free(1) && self.guard_count() == 0
+        })
+        .await;
+    }
+
+    /// Number of recovery guards in the store.
+    pub fn guard_count(&self) -> i64 {
+        self.db().query_row("SELECT COUNT(*) FROM recovery_guards", [], |r| r.get(0)).expect("count guards")
+    }
+
+    /// Number of task rows in the store.
+    pub fn task_count(&self) -> i64 {
+        self.db().query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0)).expect("count tasks")
+    }
+}
+
 /// Bounded polling, for conditions no event announces (a lock file released, a row deleted,
-/// a file written by a child): checks `cond` every 20 ms until it holds; panics with `what`
+/// a file written by a child): checks `check` every 20 ms until it holds; panics with `what`
 /// after `limit`.
-pub async fn poll_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+pub async fn poll_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + limit;
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting until {what}");
+    loop {
+        if check() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: still not true after {limit:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -484,6 +563,32 @@ pub fn error_of(result: &Result<Value, CallError>) -> (String, String) {
         Err(CallError::Remote { code, message }) => (code.clone(), message.clone()),
         Err(e) => panic!("expected a refusal from the bridge, got {e}"),
     }
+}
+
+/// Pids of live (not zombie) processes carrying the bridge's task marker
+/// `AGENT_BRIDGE_TASK=<task_id>`, read from `/proc` like the bridge does.
+pub fn marker_pids(task_id: &str) -> Vec<i32> {
+    let needle = format!("AGENT_BRIDGE_TASK={task_id}");
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if !environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(str::to_owned));
+        if state.is_some_and(|s| s != "Z") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The event types of a list of envelopes, in order.
+pub fn event_types(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["event_type"].as_str().unwrap_or_default().to_owned()).collect()
 }
 
 /// The code of a failed call.

@@ -100,8 +100,14 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
             _ = signals.cancelled() => {}
         }
     });
-    server::serve(listener, registry, policy, shutdown.clone(), config.socket_path.clone()).await;
+    let server = tokio::spawn(server::serve(listener, registry, policy, shutdown.clone(), config.socket_path.clone()));
+    shutdown.cancelled().await;
+    // Tasks stop while the server drains its open connections: a slow client never delays
+    // the providers' stop.
     tasks.shutdown(Duration::from_secs(25)).await;
+    if let Err(e) = server.await {
+        tracing::error!(cause = %e, "the socket server failed");
+    }
     audit.flush().await;
     audit_stop.cancel();
     shutdown.cancel();

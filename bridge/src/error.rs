@@ -76,6 +76,8 @@ pub mod code {
     pub const PERMISSION_OUTSIDE_POLICY: &str = "PERMISSION_OUTSIDE_POLICY";
     /// The bridge was stopped while the task ran.
     pub const BRIDGE_SHUTDOWN: &str = "BRIDGE_SHUTDOWN";
+    /// The bridge is shutting down and takes no new task.
+    pub const BRIDGE_CLOSED: &str = bridge_proto::codes::BRIDGE_CLOSED;
     /// The bridge restarted while the task ran.
     pub const BRIDGE_RESTARTED: &str = "BRIDGE_RESTARTED";
     /// An API key name is taken.

@@ -4,5 +4,8 @@
 mod idempotency;
 mod policy;
 mod protocol;
+mod restart;
+mod results;
 mod smoke;
+mod tasks;
 mod validation;

@@ -73,6 +73,8 @@ struct Inner {
     cancel_lock: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    /// Set once the bridge stops: submissions are refused from then on.
+    closing: std::sync::atomic::AtomicBool,
     home: Option<PathBuf>,
 }
 
@@ -106,6 +108,7 @@ impl TaskService {
                 cancel_lock: tokio::sync::Mutex::new(()),
                 tracker: TaskTracker::new(),
                 shutdown,
+                closing: std::sync::atomic::AtomicBool::new(false),
                 home,
             }),
         }

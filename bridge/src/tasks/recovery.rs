@@ -88,6 +88,21 @@ impl Inner {
         // since `guard` was read. That guard is gone all the same.
         self.store.call(move |s| s.clear_guard(&alias, &id)).await.is_ok()
     }
+
+    /// Persists `interrupted/BRIDGE_SHUTDOWN` for a task the stopping bridge leaves behind;
+    /// a task that is already terminal keeps its state.
+    pub(super) async fn interrupt_for_shutdown(&self, task_id: &str) {
+        let now = self.clock.now_ms();
+        let id = task_id.to_owned();
+        let fields = TransitionFields {
+            error_code: Some(code::BRIDGE_SHUTDOWN.to_owned()),
+            error_message: Some("the bridge was stopped while the task was active".into()),
+            event: Some(NewEvent::new("task.interrupted", json!({ "error_code": code::BRIDGE_SHUTDOWN }))),
+            ..Default::default()
+        };
+        let _ = self.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
+        self.changes.notify(task_id);
+    }
 }
 
 impl TaskService {
@@ -122,22 +137,19 @@ impl TaskService {
     /// runner is cancelled, and the runners are drained (each bounds its provider stop).
     pub async fn shutdown(&self, bound: Duration) {
         let inner = &self.inner;
+        {
+            // Under the submit lock: no submission is half-way through when the bridge closes,
+            // and every later one is refused, so no runner starts after this list is taken.
+            let _serial = inner.submit_lock.lock().await;
+            inner.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let active: Vec<(String, tokio_util::sync::CancellationToken)> = inner
             .active
             .lock()
             .map(|a| a.iter().map(|(id, t)| (id.clone(), t.cancel.clone())).collect())
             .unwrap_or_default();
         for (task_id, cancel) in active {
-            let now = inner.clock.now_ms();
-            let id = task_id.clone();
-            let fields = TransitionFields {
-                error_code: Some(code::BRIDGE_SHUTDOWN.to_owned()),
-                error_message: Some("the bridge was stopped while the task was active".into()),
-                event: Some(NewEvent::new("task.interrupted", json!({ "error_code": code::BRIDGE_SHUTDOWN }))),
-                ..Default::default()
-            };
-            let _ = inner.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
-            inner.changes.notify(&task_id);
+            inner.interrupt_for_shutdown(&task_id).await;
             cancel.cancel();
         }
         inner.tracker.close();

@@ -382,6 +382,7 @@ async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &R
     let Job { inner, task, lease, .. } = job;
     let task_id = task.task_id.clone();
     match ending {
+        // A runner stopped by the bridge's shutdown before its provider ran.
         Ending::AlreadyTerminal => {}
         Ending::Completed(text) => {
             let text = redactor.text(&text);

@@ -149,6 +149,9 @@ impl TaskService {
         inner.collect_garbage().await;
 
         let _critical = inner.submit_lock.lock().await;
+        if inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ToolError::new(code::BRIDGE_CLOSED, "the bridge is shutting down; retry with the same idempotency_key once it is back"));
+        }
         // Lookup 2, under the submit critical section, before any lease or row.
         if let Some(key) = &req.idempotency_key {
             let (p, k) = (principal.name.clone(), key.clone());
