@@ -217,6 +217,8 @@ async fn the_manifest_is_frozen_hashed_and_free_of_host_paths() {
     assert_eq!(t["manifest_sha256"], sha256_hex(stored.as_bytes()));
     assert_eq!(t["manifest"].to_string(), stored, "the stored manifest is canonical JSON");
     let m = &t["manifest"];
+    assert_eq!(m["schema_version"], 2, "the ServerFS manifest version that records the model");
+    assert_eq!(m["model"]["requested"], Value::Null);
     assert_eq!(m["limits"]["task_timeout_seconds"], 7200);
     assert_eq!(m["limits"]["interaction_timeout_seconds"], 1800);
     assert_eq!(m["limits"]["max_active_tasks"], 4);
@@ -303,4 +305,17 @@ async fn host_paths_never_leave_the_bridge() {
 
     let text = everything(&b, &[&at_root, &in_src, &said, &failed, &asks]).await;
     assert!(!text.contains(&root), "a host path left the bridge: {text}");
+}
+
+/// A task's text that names another workdir, the state directory or the lock directory shows
+/// none of their host paths.
+#[tokio::test]
+async fn other_host_roots_are_hidden_too() {
+    let b = TestBridge::start().await;
+    for (path, label) in [(&b.docs, "docs"), (&b.state_dir, "state"), (&b.lock_dir, "locks")] {
+        let id = b.submit_ok(json!({ "prompt": format!("complete:see {}/x for {label}", path.display()) })).await;
+        let t = b.wait_terminal(&id).await;
+        assert_eq!(t["final_response"], format!("see <host-path>/x for {label}"), "{t:#}");
+        b.writer_idle().await;
+    }
 }

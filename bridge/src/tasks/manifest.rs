@@ -82,7 +82,8 @@ pub fn build(m: &ManifestInput<'_>) -> (String, String) {
         "agent_runtimes": runtimes,
     });
     let doc = json!({
-        "schema_version": 1,
+        // Version 2, as in ServerFS: the manifest records the requested model.
+        "schema_version": 2,
         "bridge_version": env!("CARGO_PKG_VERSION"),
         "protocol_version": bridge_proto::PROTOCOL_VERSION,
         "runtime": { "name": m.submission.runtime, "version": m.runtime_version },

@@ -153,12 +153,14 @@ impl Inner {
         }
     }
 
-    /// The redactor for a task's workdir.
+    /// The redactor for a task's workdir: its own root becomes `<workdir>`, and the other
+    /// workdirs, the state directory and the home directory are hidden too.
     fn redactor(&self, alias: &str) -> redact::Redactor {
-        let mut others: Vec<&std::path::Path> = vec![&self.config.state_dir];
+        let mut others: Vec<&std::path::Path> = vec![&self.config.state_dir, &self.config.lock_dir];
         if let Some(home) = &self.home {
             others.push(home);
         }
+        others.extend(self.config.workdirs.iter().filter(|w| w.alias != alias).map(|w| w.path.as_path()));
         match self.config.workdirs.iter().find(|w| w.alias == alias) {
             Some(w) => redact::Redactor::new(&w.path, &others),
             None => redact::Redactor::new(std::path::Path::new("/nonexistent-workdir"), &others),
