@@ -243,7 +243,10 @@ impl TestBridge {
             .expect("start agent-bridge");
         match tokio::time::timeout(within, child.wait_with_output()).await {
             Ok(output) => output.expect("wait for agent-bridge"),
-            Err(_) => panic!("agent-bridge serve was still running after {} s; it should have refused to start", within.as_secs()),
+            Err(_) => panic!(
+                "agent-bridge serve was still running after {} s; it should have refused to start",
+                within.as_secs()
+            ),
         }
     }
 
@@ -307,9 +310,21 @@ impl TestBridge {
     }
 
     /// Calls a capability with an exact credential string on any surface.
-    pub async fn call_on(&self, surface: Surface, credential: Option<&str>, name: &str, args: Value) -> Result<Value, CallError> {
+    pub async fn call_on(
+        &self,
+        surface: Surface,
+        credential: Option<&str>,
+        name: &str,
+        args: Value,
+    ) -> Result<Value, CallError> {
         let Value::Object(arguments) = args else { panic!("arguments must be an object") };
-        let params = CallParams { credential: credential.map(str::to_owned), surface, client: None, name: name.to_owned(), arguments };
+        let params = CallParams {
+            credential: credential.map(str::to_owned),
+            surface,
+            client: None,
+            name: name.to_owned(),
+            arguments,
+        };
         let Value::Object(params) = serde_json::to_value(params).expect("params") else { unreachable!() };
         self.client().call(methods::CAPABILITIES_CALL, params).await
     }
@@ -330,11 +345,7 @@ impl TestBridge {
 
     /// Creates an API key restricted to `workdirs` (as the local operator) and returns its secret.
     pub async fn create_key_for(&self, name: &str, role: &str, workdirs: &[&str]) -> String {
-        let v = self
-            .call("admin_create_api_key", json!({ "name": name, "role": role, "workdirs": workdirs }))
-            .await
-            .expect("create key");
-        v["secret"].as_str().expect("secret").to_owned()
+        self.create_key_with(json!({ "name": name, "role": role, "workdirs": workdirs })).await
     }
 
     /// Runs one `SELECT COUNT(*) …` (or any single-integer query) on the store.
@@ -342,9 +353,13 @@ impl TestBridge {
         self.db().query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
-    /// Creates an API key and returns its secret.
+    /// Creates an API key (for every workdir) and returns its secret.
     pub async fn create_key(&self, name: &str, role: &str) -> String {
-        let v = self.call("admin_create_api_key", json!({ "name": name, "role": role })).await.expect("create key");
+        self.create_key_with(json!({ "name": name, "role": role })).await
+    }
+
+    async fn create_key_with(&self, args: Value) -> String {
+        let v = self.call("admin_create_api_key", args).await.expect("create key");
         v["secret"].as_str().expect("secret").to_owned()
     }
 
@@ -369,11 +384,16 @@ impl TestBridge {
             if done(&task) {
                 return task;
             }
-            let task = self.call("get_agent_task", json!({ "task_id": task_id, "wait_seconds": 1 })).await.expect("get task");
+            let task =
+                self.call("get_agent_task", json!({ "task_id": task_id, "wait_seconds": 1 })).await.expect("get task");
             if done(&task) {
                 return task;
             }
-            assert!(tokio::time::Instant::now() < deadline, "task {task_id} did not reach the expected state: {task:#}\n{}", self.log());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "task {task_id} did not reach the expected state: {task:#}\n{}",
+                self.log()
+            );
         }
     }
 
@@ -384,8 +404,11 @@ impl TestBridge {
 
     /// Opens the store read-only (the tests inspect rows, never write them).
     pub fn db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open_with_flags(self.state_dir.join("bridge.sqlite3"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open the store read-only")
+        rusqlite::Connection::open_with_flags(
+            self.state_dir.join("bridge.sqlite3"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the store read-only")
     }
 
     /// Runs the CLI against this bridge.
@@ -440,7 +463,8 @@ impl TestBridge {
     /// Stops the bridge with SIGTERM and waits for it.
     pub async fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("the bridge is running");
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
         tokio::task::spawn_blocking(move || child.wait().expect("wait for the bridge")).await.expect("join")
     }
 
@@ -520,12 +544,12 @@ impl TestBridge {
 
     /// Number of recovery guards in the store.
     pub fn guard_count(&self) -> i64 {
-        self.db().query_row("SELECT COUNT(*) FROM recovery_guards", [], |r| r.get(0)).expect("count guards")
+        self.db_count("SELECT COUNT(*) FROM recovery_guards")
     }
 
     /// Number of task rows in the store.
     pub fn task_count(&self) -> i64 {
-        self.db().query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0)).expect("count tasks")
+        self.db_count("SELECT COUNT(*) FROM tasks")
     }
 }
 

@@ -86,8 +86,16 @@ fn main() {
         let _ = run(&bridge, 4, 200, "get_agent_task", get_args.clone()).await;
         for clients in [1usize, 16] {
             let per_client = if clients == 1 { 4000 } else { 500 };
-            report("get_agent_task", clients, run(&bridge, clients, per_client, "get_agent_task", get_args.clone()).await);
-            report("submit (idempotent replay)", clients, run(&bridge, clients, per_client, "submit_agent_task", submit_args.clone()).await);
+            report(
+                "get_agent_task",
+                clients,
+                run(&bridge, clients, per_client, "get_agent_task", get_args.clone()).await,
+            );
+            report(
+                "submit (idempotent replay)",
+                clients,
+                run(&bridge, clients, per_client, "submit_agent_task", submit_args.clone()).await,
+            );
         }
         let turns = bridge.fake_turns();
         assert_eq!(turns, 1, "every re-submission returned the original task: one provider turn in all");

@@ -31,7 +31,9 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
     if uid == 0 && !config.allow_root {
-        bail!("agent-bridge refuses to run as root: run it as the operator's own user (or set SERVERFS_AGENT_ALLOW_ROOT=true in a throwaway container)");
+        bail!(
+            "agent-bridge refuses to run as root: run it as the operator's own user (or set SERVERFS_AGENT_ALLOW_ROOT=true in a throwaway container)"
+        );
     }
     crate::files::ensure_private_dir(&config.state_dir).map_err(anyhow::Error::msg).context("state directory")?;
     let lock_path = config.state_dir.join(INSTANCE_LOCK);
@@ -80,13 +82,17 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         audit: audit.clone(),
         clock,
     }));
-    let policy = PeerPolicy { uid: config.allowed_peer_uid.unwrap_or(uid), gid: config.allowed_peer_gid.unwrap_or(gid) };
+    let policy =
+        PeerPolicy { uid: config.allowed_peer_uid.unwrap_or(uid), gid: config.allowed_peer_gid.unwrap_or(gid) };
     // A peer of another user reaches the socket through the group; the bridge's own user
     // needs no group access.
     let shared_gid = (policy.uid != uid).then_some(policy.gid);
     let listener = server::bind(&config.socket_path, shared_gid)?;
     if config.mcp_auth.mode == crate::config::McpAuthMode::None {
-        tracing::warn!(principal = config.mcp_auth.tunnel_principal, "tunnel mode: every MCP caller is one principal, unauthenticated");
+        tracing::warn!(
+            principal = config.mcp_auth.tunnel_principal,
+            "tunnel mode: every MCP caller is one principal, unauthenticated"
+        );
     }
     tracing::info!(socket = %config.socket_path.display(), workdirs = config.workdirs.len(), "agent-bridge is ready");
 

@@ -143,7 +143,11 @@ impl From<StoreError> for ToolError {
                 ToolError::new(code::REQUEST_STALE, "this request can no longer be answered")
             }
             StoreError::WrongKind { expected, actual } => {
-                let c = if expected == "approval" { code::INVALID_APPROVAL_DECISION } else { code::INVALID_QUESTION_ANSWER };
+                let c = if expected == "approval" {
+                    code::INVALID_APPROVAL_DECISION
+                } else {
+                    code::INVALID_QUESTION_ANSWER
+                };
                 ToolError::new(c, format!("request is a {actual}, not a {expected}"))
             }
             StoreError::KeyNameTaken(name) => {

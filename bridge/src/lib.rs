@@ -1,16 +1,16 @@
 //! agent-bridge: the daemon that owns tasks, policy, audit and provider processes.
 
-pub mod config;
+pub mod cli;
 pub mod clock;
-pub mod ids;
-pub mod model;
-pub mod store;
-pub mod provider;
+pub mod config;
+pub mod daemon;
 pub mod error;
 pub mod files;
+pub mod ids;
 pub mod lease;
-pub mod tasks;
+pub mod model;
+pub mod provider;
 pub mod registry;
 pub mod server;
-pub mod daemon;
-pub mod cli;
+pub mod store;
+pub mod tasks;

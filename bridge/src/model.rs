@@ -62,10 +62,7 @@ impl TaskStatus {
 
     /// Whether no transition leaves this state.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled | TaskStatus::Interrupted
-        )
+        matches!(self, TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled | TaskStatus::Interrupted)
     }
 
     /// Whether the task waits for a human.
@@ -80,10 +77,9 @@ impl TaskStatus {
         match self {
             Queued => matches!(to, Starting | Cancelled | Interrupted),
             Starting => matches!(to, Running | Failed | Cancelled | Interrupted),
-            Running => matches!(
-                to,
-                WaitingForApproval | WaitingForQuestion | Succeeded | Failed | Cancelled | Interrupted
-            ),
+            Running => {
+                matches!(to, WaitingForApproval | WaitingForQuestion | Succeeded | Failed | Cancelled | Interrupted)
+            }
             WaitingForApproval | WaitingForQuestion => matches!(to, Running | Cancelled | Interrupted),
             Succeeded | Failed | Cancelled | Interrupted => false,
         }

@@ -97,8 +97,7 @@ impl Connection {
         }
         match Response::parse(&self.buf).map_err(CallError::Protocol)? {
             Response::Ok { request_id: id, result } if id == request_id => Ok(result),
-            Response::Err { request_id: id, error } if id.is_none() || id.as_deref() == Some(request_id) =>
-            {
+            Response::Err { request_id: id, error } if id.is_none() || id.as_deref() == Some(request_id) => {
                 Err(CallError::Remote { code: error.code, message: error.message })
             }
             _ => Err(CallError::Protocol("response request_id does not match the request".into())),

@@ -95,26 +95,21 @@ impl Request {
             request_id,
             error: ErrorBody::new(codes::INVALID_REQUEST, message),
         };
-        let text = std::str::from_utf8(line)
-            .map_err(|_| invalid(None, "request line is not valid UTF-8".into()))?;
+        let text = std::str::from_utf8(line).map_err(|_| invalid(None, "request line is not valid UTF-8".into()))?;
         // A lenient first look, only to echo the request id in every later error.
-        let loose: Value = serde_json::from_str(text)
-            .map_err(|e| invalid(None, format!("request line is not valid JSON: {e}")))?;
+        let loose: Value =
+            serde_json::from_str(text).map_err(|e| invalid(None, format!("request line is not valid JSON: {e}")))?;
         let Value::Object(loose) = loose else {
             return Err(invalid(None, "request must be a JSON object".into()));
         };
         let echo_id = match loose.get("request_id") {
-            Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_REQUEST_ID_BYTES => {
-                Some(s.clone())
-            }
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_REQUEST_ID_BYTES => Some(s.clone()),
             _ => None,
         };
         let strict: StrictRequest = serde_json::from_str(text).map_err(|e| {
             invalid(
                 echo_id.clone(),
-                format!(
-                    "request must have exactly the keys protocol_version, request_id, method, params: {e}"
-                ),
+                format!("request must have exactly the keys protocol_version, request_id, method, params: {e}"),
             )
         })?;
         let request_id = match strict.request_id {
@@ -122,10 +117,7 @@ impl Request {
                 return Err(invalid(None, "request_id must not be empty".into()));
             }
             Value::String(s) if s.len() > MAX_REQUEST_ID_BYTES => {
-                return Err(invalid(
-                    None,
-                    format!("request_id is longer than {MAX_REQUEST_ID_BYTES} bytes"),
-                ));
+                return Err(invalid(None, format!("request_id is longer than {MAX_REQUEST_ID_BYTES} bytes")));
             }
             Value::String(s) if s.chars().any(char::is_control) => {
                 return Err(invalid(None, "request_id contains a control character".into()));
@@ -145,19 +137,13 @@ impl Request {
                 });
             }
             _ => {
-                return Err(invalid(
-                    Some(request_id),
-                    "protocol_version must be an integer".into(),
-                ));
+                return Err(invalid(Some(request_id), "protocol_version must be an integer".into()));
             }
         }
         let method = match strict.method {
             Value::String(s) if !s.is_empty() => s,
             _ => {
-                return Err(invalid(
-                    Some(request_id),
-                    "method must be a non-empty string".into(),
-                ));
+                return Err(invalid(Some(request_id), "method must be a non-empty string".into()));
             }
         };
         let Value::Object(params) = strict.params else {
@@ -210,14 +196,10 @@ impl Response {
     /// [`crate::MAX_LINE_BYTES`] is replaced by a [`codes::RESPONSE_TOO_LARGE`] error.
     pub fn to_line(&self) -> Vec<u8> {
         let mut line = match self {
-            Response::Ok { request_id, result } => {
-                serde_json::to_vec(&OkWire { request_id, ok: true, result })
+            Response::Ok { request_id, result } => serde_json::to_vec(&OkWire { request_id, ok: true, result }),
+            Response::Err { request_id, error } => {
+                serde_json::to_vec(&ErrWire { request_id: request_id.as_deref(), ok: false, error })
             }
-            Response::Err { request_id, error } => serde_json::to_vec(&ErrWire {
-                request_id: request_id.as_deref(),
-                ok: false,
-                error,
-            }),
         }
         .expect("a response of JSON values always serializes");
         if line.len() > crate::MAX_LINE_BYTES {
@@ -240,12 +222,14 @@ impl Response {
 
     /// Parses a response line, checking the exact key set of each variant.
     pub fn parse(line: &[u8]) -> Result<Response, String> {
-        let strict: StrictResponse = serde_json::from_slice(line)
-            .map_err(|e| format!("response is not a valid envelope: {e}"))?;
+        let strict: StrictResponse =
+            serde_json::from_slice(line).map_err(|e| format!("response is not a valid envelope: {e}"))?;
         match (strict.ok, strict.result, strict.error, strict.request_id) {
             (true, Some(result), None, Some(request_id)) => Ok(Response::Ok { request_id, result }),
             (false, None, Some(error), request_id) => Ok(Response::Err { request_id, error }),
-            _ => Err("response must be exactly {request_id, ok: true, result} or {request_id, ok: false, error}".into()),
+            _ => {
+                Err("response must be exactly {request_id, ok: true, result} or {request_id, ok: false, error}".into())
+            }
         }
     }
 }
@@ -260,8 +244,7 @@ mod tests {
 
     #[test]
     fn accepts_exact_envelope() {
-        let r = Request::parse(br#"{"protocol_version":1,"request_id":"a","method":"m","params":{"x":1}}"#)
-            .unwrap();
+        let r = Request::parse(br#"{"protocol_version":1,"request_id":"a","method":"m","params":{"x":1}}"#).unwrap();
         assert_eq!(r.request_id, "a");
         assert_eq!(r.method, "m");
         assert_eq!(r.params["x"], 1);
@@ -306,7 +289,9 @@ mod tests {
         let err = Response::Err { request_id: None, error: ErrorBody::new("X", "y") };
         let line = err.to_line();
         assert_eq!(Response::parse(&line[..line.len() - 1]).unwrap(), err);
-        assert!(Response::parse(br#"{"request_id":"r","ok":true,"result":1,"error":{"code":"A","message":"b"}}"#).is_err());
+        assert!(
+            Response::parse(br#"{"request_id":"r","ok":true,"result":1,"error":{"code":"A","message":"b"}}"#).is_err()
+        );
         assert!(Response::parse(br#"{"request_id":"r","ok":true}"#).is_err());
         assert!(Response::parse(br#"{"request_id":"r","ok":true,"result":1,"extra":0}"#).is_err());
     }

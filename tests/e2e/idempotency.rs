@@ -46,12 +46,7 @@ async fn submit_and_hang_up(bridge: &TestBridge, credential: &str, arguments: Va
 /// Every task id in the store, as the local operator sees them (newest first).
 async fn task_ids(bridge: &TestBridge) -> Vec<String> {
     let v = bridge.call("admin_list_tasks", json!({ "limit": 200 })).await.expect("admin_list_tasks");
-    v["tasks"]
-        .as_array()
-        .expect("tasks")
-        .iter()
-        .map(|t| t["task_id"].as_str().expect("task_id").to_owned())
-        .collect()
+    v["tasks"].as_array().expect("tasks").iter().map(|t| t["task_id"].as_str().expect("task_id").to_owned()).collect()
 }
 
 fn task_rows(bridge: &TestBridge) -> i64 {
@@ -83,7 +78,8 @@ async fn a_lost_response_is_recovered_by_retrying_with_the_same_key() {
     submit_and_hang_up(&bridge, &format!("Bearer {key}"), args.clone()).await;
     // The bridge commits the task although nobody reads its answer.
     let b = &bridge;
-    poll_until_async("the unanswered submission is persisted", SETTLE, || async move { !task_ids(b).await.is_empty() }).await;
+    poll_until_async("the unanswered submission is persisted", SETTLE, || async move { !task_ids(b).await.is_empty() })
+        .await;
     let ids = task_ids(&bridge).await;
     assert_eq!(ids.len(), 1, "exactly one task after the lost response: {ids:?}");
     let original = ids[0].clone();
@@ -121,7 +117,8 @@ async fn a_lost_response_is_recovered_by_retrying_with_the_same_key() {
     assert_eq!(again["status"], "running");
     assert_eq!((task_rows(&bridge), guard_rows(&bridge), bridge.fake_turns()), (1, 1, 1));
 
-    let cancelled = bridge.call_mcp(Some(&key), "cancel_agent_task", json!({ "task_id": original })).await.expect("cancel");
+    let cancelled =
+        bridge.call_mcp(Some(&key), "cancel_agent_task", json!({ "task_id": original })).await.expect("cancel");
     assert_eq!(cancelled["status"], "cancelled");
     poll_until("the writer lease is released after cancel", SETTLE, || bridge.lease_is_free(1)).await;
     poll_until("the recovery guard is cleared after cancel", SETTLE, || guard_rows(&bridge) == 0).await;
@@ -137,7 +134,8 @@ async fn a_lost_response_is_recovered_by_retrying_with_the_same_key() {
 #[tokio::test]
 async fn a_retry_after_completion_returns_the_finished_task() {
     let bridge = TestBridge::start().await;
-    let args = json!({ "runtime": "fake", "workdir": "repo", "prompt": "complete:x", "idempotency_key": "finish-once" });
+    let args =
+        json!({ "runtime": "fake", "workdir": "repo", "prompt": "complete:x", "idempotency_key": "finish-once" });
     let first = bridge.call("submit_agent_task", args.clone()).await.expect("submit");
     assert_eq!(first["idempotent_replay"], false);
     let id = first["task_id"].as_str().expect("task_id").to_owned();

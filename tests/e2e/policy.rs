@@ -105,7 +105,10 @@ async fn bad_missing_and_revoked_credentials_are_unauthenticated() {
     let bridge = TestBridge::start().await;
     let secret = bridge.create_key("revoke-me", "operator").await;
     let good = format!("Bearer {secret}");
-    assert_eq!(bridge.call_on(Surface::Mcp, Some(&good), "whoami", json!({})).await.expect("whoami")["principal"], "revoke-me");
+    assert_eq!(
+        bridge.call_on(Surface::Mcp, Some(&good), "whoami", json!({})).await.expect("whoami")["principal"],
+        "revoke-me"
+    );
     assert!(bridge.list_on(Surface::Mcp, Some(&good)).await.is_ok());
 
     let out = bridge.cli(&["keys", "revoke", "revoke-me"]);
@@ -119,7 +122,11 @@ async fn bad_missing_and_revoked_credentials_are_unauthenticated() {
         ("revoked key", Some(good.as_str())),
     ];
     for (what, credential) in credentials {
-        assert_eq!(code(&bridge.list_on(Surface::Mcp, credential).await), "UNAUTHENTICATED", "list with a {what} credential");
+        assert_eq!(
+            code(&bridge.list_on(Surface::Mcp, credential).await),
+            "UNAUTHENTICATED",
+            "list with a {what} credential"
+        );
         for name in ["whoami", "submit_agent_task", "no_such_tool"] {
             let call = bridge.call_on(Surface::Mcp, credential, name, submit_args("repo", "complete:x")).await;
             assert_eq!(code(&call), "UNAUTHENTICATED", "{name} with a {what} credential");
@@ -134,7 +141,8 @@ async fn another_principals_task_answers_like_a_missing_one() {
     let alice = bridge.create_key("alice", "operator").await;
     let bob = bridge.create_key("bob", "operator").await;
     let admin = bridge.create_key("boss", "admin").await;
-    let submitted = bridge.call_mcp(Some(&alice), "submit_agent_task", submit_args("repo", "wait:30")).await.expect("submit");
+    let submitted =
+        bridge.call_mcp(Some(&alice), "submit_agent_task", submit_args("repo", "wait:30")).await.expect("submit");
     let id = submitted["task_id"].as_str().expect("task_id").to_owned();
     bridge.wait_for(&id, |t| t["status"] == "running").await;
 
@@ -157,14 +165,18 @@ async fn another_principals_task_answers_like_a_missing_one() {
         assert_eq!(error_of(&theirs), error_of(&nobodys), "{tool} must not tell another's task from a missing one");
     }
     // Bob's cancel and message did nothing.
-    let task = bridge.call_mcp(Some(&alice), "get_agent_task", json!({ "task_id": id })).await.expect("alice sees her task");
+    let task =
+        bridge.call_mcp(Some(&alice), "get_agent_task", json!({ "task_id": id })).await.expect("alice sees her task");
     assert_eq!(task["status"], "running");
-    let events = bridge.call_mcp(Some(&alice), "read_agent_task_events", json!({ "task_id": id })).await.expect("events");
+    let events =
+        bridge.call_mcp(Some(&alice), "read_agent_task_events", json!({ "task_id": id })).await.expect("events");
     assert!(!events.to_string().contains("stop that"), "bob's message reached the task: {events:#}");
 
-    let seen_by_admin = bridge.call_mcp(Some(&admin), "get_agent_task", json!({ "task_id": id })).await.expect("an admin key sees it");
+    let seen_by_admin =
+        bridge.call_mcp(Some(&admin), "get_agent_task", json!({ "task_id": id })).await.expect("an admin key sees it");
     assert_eq!(seen_by_admin["owner"], "alice");
-    let seen_locally = bridge.call("get_agent_task", json!({ "task_id": id })).await.expect("the local operator sees it");
+    let seen_locally =
+        bridge.call("get_agent_task", json!({ "task_id": id })).await.expect("the local operator sees it");
     assert_eq!(seen_locally["owner"], "alice");
 
     bridge.call_mcp(Some(&alice), "cancel_agent_task", json!({ "task_id": id })).await.expect("alice cancels");
@@ -176,7 +188,8 @@ async fn a_workdir_allowlist_hides_the_other_workdirs() {
     let bridge = TestBridge::start().await;
     let key = bridge.create_key_for("docs-only", "operator", &["docs"]).await;
     let listed = bridge.call_mcp(Some(&key), "list_workdirs", json!({})).await.expect("list_workdirs");
-    let aliases: Vec<&str> = listed["workdirs"].as_array().expect("workdirs").iter().map(|w| w["alias"].as_str().expect("alias")).collect();
+    let aliases: Vec<&str> =
+        listed["workdirs"].as_array().expect("workdirs").iter().map(|w| w["alias"].as_str().expect("alias")).collect();
     assert_eq!(aliases, ["docs"]);
     // Without the allowlist both are listed (the filter is what hides `repo`).
     let all = bridge.call("list_workdirs", json!({})).await.expect("local list_workdirs");
@@ -185,7 +198,11 @@ async fn a_workdir_allowlist_hides_the_other_workdirs() {
     let outside = bridge.call_mcp(Some(&key), "submit_agent_task", submit_args("repo", "complete:x")).await;
     let missing = bridge.call_mcp(Some(&key), "submit_agent_task", submit_args("nowhere", "complete:x")).await;
     assert_eq!(code(&outside), "WORKDIR_NOT_FOUND");
-    assert_eq!(shape(&outside, "repo"), shape(&missing, "nowhere"), "a workdir outside the allowlist answers like a missing one");
+    assert_eq!(
+        shape(&outside, "repo"),
+        shape(&missing, "nowhere"),
+        "a workdir outside the allowlist answers like a missing one"
+    );
     assert_eq!(bridge.db_count("SELECT COUNT(*) FROM tasks"), 0);
 
     let mut inside = submit_args("docs", "complete:fine");
@@ -226,7 +243,12 @@ async fn every_call_is_audited_and_the_audit_never_holds_prompts_messages_or_key
     const STEER_MARKER: &str = "STEERMARKER-e41a77c2";
     let bridge = TestBridge::start().await;
     let mut expected: Vec<Expect> = Vec::new();
-    let row = |surface: &str, principal: Option<&str>, capability: &str, outcome: &str, error_code: Option<&str>, task_id: Option<&str>| Expect {
+    let row = |surface: &str,
+               principal: Option<&str>,
+               capability: &str,
+               outcome: &str,
+               error_code: Option<&str>,
+               task_id: Option<&str>| Expect {
         surface: surface.to_owned(),
         principal: principal.map(str::to_owned),
         capability: capability.to_owned(),
@@ -247,7 +269,13 @@ async fn every_call_is_audited_and_the_audit_never_holds_prompts_messages_or_key
     assert_eq!(code(&unknown), "UNKNOWN_TOOL");
     expected.push(row("mcp", me, "no_such_tool", "denied", Some("UNKNOWN_TOOL"), None));
 
-    let invalid = bridge.call_mcp(key, "submit_agent_task", json!({ "runtime": "fake", "workdir": "repo", "prompt": PROMPT_MARKER, "bogus": 1 })).await;
+    let invalid = bridge
+        .call_mcp(
+            key,
+            "submit_agent_task",
+            json!({ "runtime": "fake", "workdir": "repo", "prompt": PROMPT_MARKER, "bogus": 1 }),
+        )
+        .await;
     assert_eq!(code(&invalid), "INVALID_ARGUMENT");
     expected.push(row("mcp", me, "submit_agent_task", "invalid", Some("INVALID_ARGUMENT"), None));
 
@@ -274,7 +302,8 @@ async fn every_call_is_audited_and_the_audit_never_holds_prompts_messages_or_key
     // Long-poll as the key (every poll is a call, and audited).
     for id in [&marked_id, &waiting_id] {
         loop {
-            let t = bridge.call_mcp(key, "get_agent_task", json!({ "task_id": id, "wait_seconds": 5 })).await.expect("get");
+            let t =
+                bridge.call_mcp(key, "get_agent_task", json!({ "task_id": id, "wait_seconds": 5 })).await.expect("get");
             expected.push(row("mcp", me, "get_agent_task", "ok", None, Some(id)));
             if t["terminal"] == true || (id == &waiting_id && t["status"] == "running") {
                 break;
@@ -285,14 +314,18 @@ async fn every_call_is_audited_and_the_audit_never_holds_prompts_messages_or_key
     expected.push(row("cli", Some("operator@local"), "get_agent_task", "ok", None, Some(&marked_id)));
     assert_eq!(marked_task["final_response"], PROMPT_MARKER, "the marker reached the agent");
 
-    let steered = bridge.call_mcp(key, "send_agent_message", json!({ "task_id": waiting_id, "message": STEER_MARKER })).await;
+    let steered =
+        bridge.call_mcp(key, "send_agent_message", json!({ "task_id": waiting_id, "message": STEER_MARKER })).await;
     steered.expect("steer the waiting task");
     expected.push(row("mcp", me, "send_agent_message", "ok", None, Some(&waiting_id)));
     // The message reaches the agent (it echoes it as an event); no event announces that to a
     // caller, so poll the event page, a bounded number of times.
     let mut echoed = false;
     for _ in 0..250 {
-        let page = bridge.call_mcp(key, "read_agent_task_events", json!({ "task_id": waiting_id, "limit": 500 })).await.expect("events");
+        let page = bridge
+            .call_mcp(key, "read_agent_task_events", json!({ "task_id": waiting_id, "limit": 500 }))
+            .await
+            .expect("events");
         expected.push(row("mcp", me, "read_agent_task_events", "ok", None, Some(&waiting_id)));
         if page.to_string().contains(STEER_MARKER) {
             echoed = true;
@@ -347,7 +380,9 @@ async fn every_call_is_audited_and_the_audit_never_holds_prompts_messages_or_key
                 rusqlite::types::ValueRef::Null => String::new(),
                 rusqlite::types::ValueRef::Integer(i) => i.to_string(),
                 rusqlite::types::ValueRef::Real(f) => f.to_string(),
-                rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned(),
+                rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+                    String::from_utf8_lossy(t).into_owned()
+                }
             };
             for f in &forbidden {
                 assert!(!cell.contains(f.as_str()), "the audit_log table holds {f:?} in column {c}");
@@ -368,7 +403,8 @@ async fn keys_create_prints_only_the_secret_and_keys_list_never_shows_it() {
     let secret = lines[0].trim();
     assert!(secret.len() >= 43, "a key carries at least 32 random bytes: {secret:?}");
 
-    let who = bridge.call_mcp(Some(secret), "whoami", json!({})).await.expect("the printed secret works as a Bearer key");
+    let who =
+        bridge.call_mcp(Some(secret), "whoami", json!({})).await.expect("the printed secret works as a Bearer key");
     assert_eq!((who["principal"].as_str(), who["role"].as_str()), (Some("cli-made"), Some("operator")));
 
     for args in [&["keys", "list", "--json"][..], &["keys", "list"][..]] {
@@ -379,7 +415,8 @@ async fn keys_create_prints_only_the_secret_and_keys_list_never_shows_it() {
         assert!(!listed.contains(secret), "{args:?} shows the secret");
         assert!(!listed.contains(secret.trim_start_matches("abk_")), "{args:?} shows the secret's random part");
     }
-    let json_list: Value = serde_json::from_slice(&bridge.cli(&["keys", "list", "--json"]).stdout).expect("keys list --json is JSON");
+    let json_list: Value =
+        serde_json::from_slice(&bridge.cli(&["keys", "list", "--json"]).stdout).expect("keys list --json is JSON");
     assert_eq!(json_list["keys"].as_array().expect("keys").len(), 1);
 }
 
@@ -393,7 +430,10 @@ async fn tunnel_mode_maps_every_mcp_caller_to_the_configured_principal() {
     )
     .await;
     let who = bridge.call_mcp(None, "whoami", json!({})).await.expect("a credential-less call works in tunnel mode");
-    assert_eq!((who["principal"].as_str(), who["role"].as_str(), who["surface"].as_str()), (Some("chatgpt"), Some("operator"), Some("mcp")));
+    assert_eq!(
+        (who["principal"].as_str(), who["role"].as_str(), who["surface"].as_str()),
+        (Some("chatgpt"), Some("operator"), Some("mcp"))
+    );
 
     let list = bridge.list_mcp(None).await.expect("list");
     let visible = names(&list);
@@ -401,7 +441,8 @@ async fn tunnel_mode_maps_every_mcp_caller_to_the_configured_principal() {
     assert!(visible.iter().all(|t| !t.starts_with("admin_")), "tunnel operator sees no admin tool: {visible:?}");
     assert_eq!(code(&bridge.call_mcp(None, "admin_list_tasks", json!({})).await), "UNKNOWN_TOOL");
 
-    let submitted = bridge.call_mcp(None, "submit_agent_task", submit_args("repo", "complete:via tunnel")).await.expect("submit");
+    let submitted =
+        bridge.call_mcp(None, "submit_agent_task", submit_args("repo", "complete:via tunnel")).await.expect("submit");
     let id = submitted["task_id"].as_str().expect("task_id").to_owned();
     let done = bridge.wait_terminal(&id).await;
     assert_eq!((done["status"].as_str(), done["owner"].as_str()), (Some("succeeded"), Some("chatgpt")));
@@ -419,7 +460,11 @@ async fn the_mcp_surface_never_gets_local_operator_rights() {
     assert_eq!(code(&bridge.list_mcp(None).await), "UNAUTHENTICATED");
     for name in ["whoami", "admin_list_tasks", "admin_create_api_key"] {
         assert_eq!(code(&bridge.call_mcp(None, name, json!({})).await), "UNAUTHENTICATED", "mcp {name}");
-        assert_eq!(code(&bridge.call_on(Surface::Board, None, name, json!({})).await), "UNAUTHENTICATED", "board {name}");
+        assert_eq!(
+            code(&bridge.call_on(Surface::Board, None, name, json!({})).await),
+            "UNAUTHENTICATED",
+            "board {name}"
+        );
     }
     assert_eq!(code(&bridge.list_on(Surface::Board, None).await), "UNAUTHENTICATED");
 }

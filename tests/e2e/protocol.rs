@@ -27,14 +27,9 @@ struct Raw {
 
 impl Raw {
     async fn connect(bridge: &TestBridge) -> Raw {
-        let stream = UnixStream::connect(&bridge.socket)
-            .await
-            .expect("connect to the bridge socket");
+        let stream = UnixStream::connect(&bridge.socket).await.expect("connect to the bridge socket");
         let (read, writer) = stream.into_split();
-        Raw {
-            reader: BufReader::new(read),
-            writer,
-        }
+        Raw { reader: BufReader::new(read), writer }
     }
 
     /// Sends `line` and its newline.
@@ -50,22 +45,15 @@ impl Raw {
             .await
             .expect("the bridge answers within 20 s")
             .expect("read a response");
-        assert!(
-            n > 0,
-            "the bridge closed the connection instead of answering"
-        );
+        assert!(n > 0, "the bridge closed the connection instead of answering");
         assert_eq!(
             line.last(),
             Some(&b'\n'),
             "a response is one newline-terminated line: {:?}",
             String::from_utf8_lossy(&line)
         );
-        let value: Value = serde_json::from_slice(&line[..line.len() - 1]).unwrap_or_else(|e| {
-            panic!(
-                "a response is JSON ({e}): {:?}",
-                String::from_utf8_lossy(&line)
-            )
-        });
+        let value: Value = serde_json::from_slice(&line[..line.len() - 1])
+            .unwrap_or_else(|e| panic!("a response is JSON ({e}): {:?}", String::from_utf8_lossy(&line)));
         check_envelope(&value);
         value
     }
@@ -78,9 +66,7 @@ impl Raw {
 
     /// Asserts that `bridge.health` is answered on this connection (it is still usable).
     async fn assert_usable(&mut self, id: &str) {
-        let v = self
-            .ask(envelope(id, "bridge.health", json!({})).as_bytes())
-            .await;
+        let v = self.ask(envelope(id, "bridge.health", json!({})).as_bytes()).await;
         assert_eq!(v["ok"], true, "{v}");
         assert_eq!(v["request_id"], id, "{v}");
         assert_eq!(v["result"]["status"], "ok", "{v}");
@@ -103,43 +89,31 @@ async fn assert_closed(reader: &mut BufReader<OwnedReadHalf>) {
             "expected the connection to be closed, got more bytes: {:?}",
             String::from_utf8_lossy(&rest)
         ),
-        Ok(Err(e)) => assert_eq!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionReset,
-            "expected a closed connection, got {e}"
-        ),
+        Ok(Err(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "expected a closed connection, got {e}")
+        }
         Err(_) => panic!("the bridge kept the connection open"),
     }
 }
 
 /// Exactly `{request_id, ok: true, result}` or `{request_id, ok: false, error: {code, message}}`.
 fn check_envelope(v: &Value) {
-    let Value::Object(map) = v else {
-        panic!("a response is a JSON object: {v}")
-    };
+    let Value::Object(map) = v else { panic!("a response is a JSON object: {v}") };
     let mut keys: Vec<&str> = map.keys().map(String::as_str).collect();
     keys.sort_unstable();
     match map.get("ok") {
         Some(Value::Bool(true)) => assert_eq!(keys, ["ok", "request_id", "result"], "{v}"),
         Some(Value::Bool(false)) => {
             assert_eq!(keys, ["error", "ok", "request_id"], "{v}");
-            let Value::Object(error) = &map["error"] else {
-                panic!("error is an object: {v}")
-            };
+            let Value::Object(error) = &map["error"] else { panic!("error is an object: {v}") };
             let mut keys: Vec<&str> = error.keys().map(String::as_str).collect();
             keys.sort_unstable();
             assert_eq!(keys, ["code", "message"], "{v}");
-            assert!(
-                error["code"].is_string() && error["message"].is_string(),
-                "{v}"
-            );
+            assert!(error["code"].is_string() && error["message"].is_string(), "{v}");
         }
         _ => panic!("ok is a boolean: {v}"),
     }
-    assert!(
-        map["request_id"].is_string() || map["request_id"].is_null(),
-        "{v}"
-    );
+    assert!(map["request_id"].is_string() || map["request_id"].is_null(), "{v}");
 }
 
 /// Asserts a refusal with `code`, echoing `request_id` (or `null`).
@@ -151,8 +125,7 @@ fn assert_refused(v: &Value, code: &str, request_id: Option<&str>, what: &str) {
 
 /// A request line (no newline).
 fn envelope(request_id: &str, method: &str, params: Value) -> String {
-    json!({ "protocol_version": 1, "request_id": request_id, "method": method, "params": params })
-        .to_string()
+    json!({ "protocol_version": 1, "request_id": request_id, "method": method, "params": params }).to_string()
 }
 
 /// Parameters of a valid `capabilities.call` that submits a (review, so lease-free) fake task.
@@ -269,23 +242,12 @@ async fn malformed_lines_are_refused_and_the_connection_stays_usable() {
         assert_refused(&v, "INVALID_REQUEST", *echo, what);
         raw.assert_usable(&format!("h-{i}")).await;
     }
-    assert_eq!(
-        bridge.store_counts(),
-        before,
-        "a refused line changed the store"
-    );
+    assert_eq!(bridge.store_counts(), before, "a refused line changed the store");
 
     // The control: the same call in a valid envelope, on the same connection, does submit.
-    let v = raw
-        .ask(envelope("m-valid", "capabilities.call", submit_params()).as_bytes())
-        .await;
+    let v = raw.ask(envelope("m-valid", "capabilities.call", submit_params()).as_bytes()).await;
     assert_eq!(v["ok"], true, "{v}");
-    assert!(
-        v["result"]["task_id"]
-            .as_str()
-            .is_some_and(|id| id.starts_with("agt_")),
-        "{v}"
-    );
+    assert!(v["result"]["task_id"].as_str().is_some_and(|id| id.starts_with("agt_")), "{v}");
     assert_eq!(bridge.count("tasks"), before[0].1 + 1);
 }
 
@@ -301,95 +263,42 @@ async fn wrong_version_unknown_method_and_bad_method_params_are_refused() {
             r#"{{"protocol_version":{version},"request_id":"{id}","method":"capabilities.call","params":{submit}}}"#
         );
         let v = raw.ask(line.as_bytes()).await;
-        assert_refused(
-            &v,
-            "PROTOCOL_VERSION_UNSUPPORTED",
-            Some(id),
-            &format!("protocol_version {version}"),
-        );
+        assert_refused(&v, "PROTOCOL_VERSION_UNSUPPORTED", Some(id), &format!("protocol_version {version}"));
     }
     raw.assert_usable("h-1").await;
 
-    for method in [
-        "capabilities.invoke",
-        "task.submit",
-        "CAPABILITIES.CALL",
-        "bridge.health ",
-    ] {
-        let v = raw
-            .ask(envelope("m-unknown", method, submit_params()).as_bytes())
-            .await;
+    for method in ["capabilities.invoke", "task.submit", "CAPABILITIES.CALL", "bridge.health "] {
+        let v = raw.ask(envelope("m-unknown", method, submit_params()).as_bytes()).await;
         assert_refused(&v, "METHOD_NOT_FOUND", Some("m-unknown"), method);
     }
     raw.assert_usable("h-2").await;
 
-    let v = raw
-        .ask(envelope("health-params", "bridge.health", json!({ "verbose": true })).as_bytes())
-        .await;
-    assert_refused(
-        &v,
-        "INVALID_REQUEST",
-        Some("health-params"),
-        "bridge.health with params",
-    );
+    let v = raw.ask(envelope("health-params", "bridge.health", json!({ "verbose": true })).as_bytes()).await;
+    assert_refused(&v, "INVALID_REQUEST", Some("health-params"), "bridge.health with params");
     raw.assert_usable("h-3").await;
 
     let mut params = submit_params();
     params["priority"] = json!("high");
-    let v = raw
-        .ask(envelope("call-extra", "capabilities.call", params).as_bytes())
-        .await;
-    assert_refused(
-        &v,
-        "INVALID_REQUEST",
-        Some("call-extra"),
-        "capabilities.call with an extra key",
-    );
+    let v = raw.ask(envelope("call-extra", "capabilities.call", params).as_bytes()).await;
+    assert_refused(&v, "INVALID_REQUEST", Some("call-extra"), "capabilities.call with an extra key");
     let mut params = submit_params();
     params.as_object_mut().expect("object").remove("surface");
-    let v = raw
-        .ask(envelope("call-missing", "capabilities.call", params).as_bytes())
-        .await;
-    assert_refused(
-        &v,
-        "INVALID_REQUEST",
-        Some("call-missing"),
-        "capabilities.call without surface",
-    );
+    let v = raw.ask(envelope("call-missing", "capabilities.call", params).as_bytes()).await;
+    assert_refused(&v, "INVALID_REQUEST", Some("call-missing"), "capabilities.call without surface");
     let mut params = submit_params();
     params["arguments"] = json!([params["arguments"].clone()]);
-    let v = raw
-        .ask(envelope("call-args-array", "capabilities.call", params).as_bytes())
-        .await;
-    assert_refused(
-        &v,
-        "INVALID_REQUEST",
-        Some("call-args-array"),
-        "capabilities.call with arguments as an array",
-    );
+    let v = raw.ask(envelope("call-args-array", "capabilities.call", params).as_bytes()).await;
+    assert_refused(&v, "INVALID_REQUEST", Some("call-args-array"), "capabilities.call with arguments as an array");
     let v = raw
         .ask(
-            envelope(
-                "list-extra",
-                "capabilities.list",
-                json!({ "credential": null, "surface": "cli", "name": "x" }),
-            )
-            .as_bytes(),
+            envelope("list-extra", "capabilities.list", json!({ "credential": null, "surface": "cli", "name": "x" }))
+                .as_bytes(),
         )
         .await;
-    assert_refused(
-        &v,
-        "INVALID_REQUEST",
-        Some("list-extra"),
-        "capabilities.list with an extra key",
-    );
+    assert_refused(&v, "INVALID_REQUEST", Some("list-extra"), "capabilities.list with an extra key");
     raw.assert_usable("h-4").await;
 
-    assert_eq!(
-        bridge.store_counts(),
-        before,
-        "a refused request changed the store"
-    );
+    assert_eq!(bridge.store_counts(), before, "a refused request changed the store");
 }
 
 #[tokio::test]
@@ -431,11 +340,7 @@ async fn a_line_over_one_mebibyte_is_refused_and_closes_the_connection() {
     assert_refused(&v, "REQUEST_TOO_LARGE", None, "an endless line");
     assert_closed(&mut reader).await;
     drop(sending.await.expect("writer task"));
-    assert_eq!(
-        bridge.store_counts(),
-        before,
-        "an oversized line changed the store"
-    );
+    assert_eq!(bridge.store_counts(), before, "an oversized line changed the store");
 
     // Exactly 1 MiB (newline excluded) is a normal request: the submit is answered and runs.
     let mut raw = Raw::connect(&bridge).await;
@@ -453,11 +358,7 @@ async fn recv_from(reader: &mut BufReader<OwnedReadHalf>) -> Value {
         .await
         .expect("the bridge answers within 20 s")
         .expect("read a response");
-    assert!(
-        n > 0 && line.ends_with(b"\n"),
-        "expected one response line, got {:?}",
-        String::from_utf8_lossy(&line)
-    );
+    assert!(n > 0 && line.ends_with(b"\n"), "expected one response line, got {:?}", String::from_utf8_lossy(&line));
     let v: Value = serde_json::from_slice(&line[..n - 1]).expect("a JSON response");
     check_envelope(&v);
     v
@@ -470,34 +371,10 @@ async fn responses_have_exactly_the_envelope_keys() {
     let call = |name: &str, arguments: Value| json!({ "credential": null, "surface": "cli", "name": name, "arguments": arguments });
     let lines = [
         (envelope("k-health", "bridge.health", json!({})), true),
-        (
-            envelope(
-                "k-list",
-                "capabilities.list",
-                json!({ "credential": null, "surface": "cli" }),
-            ),
-            true,
-        ),
-        (
-            envelope("k-whoami", "capabilities.call", call("whoami", json!({}))),
-            true,
-        ),
-        (
-            envelope(
-                "k-unknown-tool",
-                "capabilities.call",
-                call("no_such_tool", json!({})),
-            ),
-            false,
-        ),
-        (
-            envelope(
-                "k-invalid-arg",
-                "capabilities.call",
-                call("whoami", json!({ "x": 1 })),
-            ),
-            false,
-        ),
+        (envelope("k-list", "capabilities.list", json!({ "credential": null, "surface": "cli" })), true),
+        (envelope("k-whoami", "capabilities.call", call("whoami", json!({}))), true),
+        (envelope("k-unknown-tool", "capabilities.call", call("no_such_tool", json!({}))), false),
+        (envelope("k-invalid-arg", "capabilities.call", call("whoami", json!({ "x": 1 }))), false),
         (
             envelope(
                 "k-unauthenticated",
@@ -525,10 +402,8 @@ async fn responses_have_exactly_the_envelope_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_with_another_uid_gets_one_refusal_line_before_anything_is_read() {
     let other_uid = nix::unistd::geteuid().as_raw() + 1;
-    let bridge = TestBridge::start_unready(
-        Options::default().with(&format!("SERVERFS_AGENT_PEER_UID={other_uid}")),
-    )
-    .await;
+    let bridge =
+        TestBridge::start_unready(Options::default().with(&format!("SERVERFS_AGENT_PEER_UID={other_uid}"))).await;
 
     // Send nothing at all: the refusal still comes, so it was decided before any read.
     let mut raw = Raw::connect(&bridge).await;
@@ -539,17 +414,9 @@ async fn a_peer_with_another_uid_gets_one_refusal_line_before_anything_is_read()
     // A request sent anyway is never answered: the only line is the refusal. (The write may
     // fail with EPIPE when the bridge has already closed: that is the refusal, too.)
     let mut raw = Raw::connect(&bridge).await;
-    let _ = raw
-        .writer
-        .write_all(format!("{}\n", envelope("p-health", "bridge.health", json!({}))).as_bytes())
-        .await;
+    let _ = raw.writer.write_all(format!("{}\n", envelope("p-health", "bridge.health", json!({}))).as_bytes()).await;
     let v = raw.recv().await;
-    assert_refused(
-        &v,
-        "PEER_NOT_AUTHORIZED",
-        None,
-        "a peer with another uid that sent a request",
-    );
+    assert_refused(&v, "PEER_NOT_AUTHORIZED", None, "a peer with another uid that sent a request");
     raw.assert_closed().await;
 
     // The client library and the CLI report the refusal, whether their request was sent
@@ -575,21 +442,12 @@ async fn the_socket_is_private_to_the_bridge_user() {
     assert!(socket.file_type().is_socket());
     assert_eq!(socket.permissions().mode() & 0o777, 0o600, "socket mode");
     assert_eq!(socket.uid(), uid);
-    let dir =
-        std::fs::symlink_metadata(bridge.socket.parent().expect("socket dir")).expect("socket dir");
+    let dir = std::fs::symlink_metadata(bridge.socket.parent().expect("socket dir")).expect("socket dir");
     assert!(dir.is_dir());
-    assert_eq!(
-        dir.permissions().mode() & 0o777,
-        0o700,
-        "socket directory mode"
-    );
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700, "socket directory mode");
     assert_eq!(dir.uid(), uid);
     let state = std::fs::symlink_metadata(&bridge.state_dir).expect("state dir");
-    assert_eq!(
-        state.permissions().mode() & 0o777,
-        0o700,
-        "state directory mode"
-    );
+    assert_eq!(state.permissions().mode() & 0o777, 0o700, "state directory mode");
 }
 
 #[tokio::test]
@@ -604,17 +462,11 @@ async fn a_regular_file_at_the_socket_path_is_never_removed() {
     let out = bridge.serve_until_exit(None, Duration::from_secs(30)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "serve must refuse: {stderr}");
-    assert!(
-        stderr.contains("SOCKET_PATH_IN_USE"),
-        "stderr names SOCKET_PATH_IN_USE:\n{stderr}"
-    );
+    assert!(stderr.contains("SOCKET_PATH_IN_USE"), "stderr names SOCKET_PATH_IN_USE:\n{stderr}");
     let after = std::fs::metadata(&bridge.socket).expect("the file is still there");
     assert!(after.is_file());
     assert_eq!(after.ino(), before.ino(), "the file was replaced");
-    assert_eq!(
-        std::fs::read_to_string(&bridge.socket).expect("read"),
-        "an operator's file\n"
-    );
+    assert_eq!(std::fs::read_to_string(&bridge.socket).expect("read"), "an operator's file\n");
 }
 
 #[tokio::test]
@@ -628,80 +480,40 @@ async fn a_live_socket_of_another_process_is_never_removed() {
     let out = bridge.serve_until_exit(None, Duration::from_secs(30)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "serve must refuse: {stderr}");
-    assert!(
-        stderr.contains("SOCKET_PATH_IN_USE"),
-        "stderr names SOCKET_PATH_IN_USE:\n{stderr}"
-    );
+    assert!(stderr.contains("SOCKET_PATH_IN_USE"), "stderr names SOCKET_PATH_IN_USE:\n{stderr}");
     // The other process still owns its socket: a connection reaches it.
-    let _client = UnixStream::connect(&bridge.socket)
-        .await
-        .expect("the live socket still answers");
-    tokio::time::timeout(ANSWER_WITHIN, listener.accept())
-        .await
-        .expect("accepted in time")
-        .expect("accept");
+    let _client = UnixStream::connect(&bridge.socket).await.expect("the live socket still answers");
+    tokio::time::timeout(ANSWER_WITHIN, listener.accept()).await.expect("accepted in time").expect("accept");
 }
 
 #[tokio::test]
 async fn a_second_bridge_on_the_same_state_dir_refuses_to_start() {
     let bridge = TestBridge::start().await;
-    let socket_before = std::fs::symlink_metadata(&bridge.socket)
-        .expect("socket")
-        .ino();
+    let socket_before = std::fs::symlink_metadata(&bridge.socket).expect("socket").ino();
 
     // Same .env: same state dir and same (live) socket.
     let out = bridge.serve_until_exit(None, Duration::from_secs(30)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "a second bridge must refuse: {stderr}"
-    );
-    assert!(
-        stderr.contains("another agent-bridge already runs"),
-        "{stderr}"
-    );
+    assert!(!out.status.success(), "a second bridge must refuse: {stderr}");
+    assert!(stderr.contains("another agent-bridge already runs"), "{stderr}");
 
     // Another socket directory, same state dir: the instance lock alone refuses it.
     let other_run = bridge.root().join("run2");
-    let env = std::fs::read_to_string(&bridge.env_file)
-        .expect("env")
-        .replace(
-            &format!(
-                "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={}",
-                bridge.root().join("run").display()
-            ),
-            &format!(
-                "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={}",
-                other_run.display()
-            ),
-        );
+    let env = std::fs::read_to_string(&bridge.env_file).expect("env").replace(
+        &format!("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={}", bridge.root().join("run").display()),
+        &format!("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={}", other_run.display()),
+    );
     assert!(env.contains("run2"));
     let other_env = bridge.root().join("second.env");
     std::fs::write(&other_env, env).expect("write env");
-    let out = bridge
-        .serve_until_exit(Some(&other_env), Duration::from_secs(30))
-        .await;
+    let out = bridge.serve_until_exit(Some(&other_env), Duration::from_secs(30)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "a second bridge must refuse: {stderr}"
-    );
-    assert!(
-        stderr.contains("another agent-bridge already runs"),
-        "{stderr}"
-    );
-    assert!(
-        !other_run.join("bridge.sock").exists(),
-        "the refused bridge bound a socket"
-    );
+    assert!(!out.status.success(), "a second bridge must refuse: {stderr}");
+    assert!(stderr.contains("another agent-bridge already runs"), "{stderr}");
+    assert!(!other_run.join("bridge.sock").exists(), "the refused bridge bound a socket");
 
     // The first one is untouched and keeps working.
-    assert_eq!(
-        std::fs::symlink_metadata(&bridge.socket)
-            .expect("socket")
-            .ino(),
-        socket_before
-    );
+    assert_eq!(std::fs::symlink_metadata(&bridge.socket).expect("socket").ino(), socket_before);
     let id = bridge.submit("complete:still here").await;
     assert_eq!(bridge.wait_terminal(&id).await["status"], "succeeded");
 }
@@ -713,27 +525,19 @@ async fn a_stale_socket_left_by_a_killed_bridge_is_replaced() {
     bridge.wait_terminal(&id).await;
     bridge.crash().await;
 
-    let stale =
-        std::fs::symlink_metadata(&bridge.socket).expect("SIGKILL leaves the socket file behind");
+    let stale = std::fs::symlink_metadata(&bridge.socket).expect("SIGKILL leaves the socket file behind");
     assert!(stale.file_type().is_socket());
-    let refused = std::os::unix::net::UnixStream::connect(&bridge.socket)
-        .expect_err("nobody listens on a stale socket");
+    let refused =
+        std::os::unix::net::UnixStream::connect(&bridge.socket).expect_err("nobody listens on a stale socket");
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
 
     bridge.spawn().await;
     let fresh = std::fs::symlink_metadata(&bridge.socket).expect("socket");
     assert!(fresh.file_type().is_socket());
     // (Inode numbers are reused at once on tmpfs, so the log says whether it was replaced.)
-    assert!(
-        bridge.log().contains("replaced a stale socket"),
-        "{}",
-        bridge.log()
-    );
+    assert!(bridge.log().contains("replaced a stale socket"), "{}", bridge.log());
     assert_eq!(fresh.permissions().mode() & 0o777, 0o600);
-    let task = bridge
-        .call("get_agent_task", json!({ "task_id": id }))
-        .await
-        .expect("the store survived");
+    let task = bridge.call("get_agent_task", json!({ "task_id": id })).await.expect("the store survived");
     assert_eq!(task["status"], "succeeded");
 }
 
@@ -741,32 +545,19 @@ async fn a_stale_socket_left_by_a_killed_bridge_is_replaced() {
 async fn a_state_dir_open_to_others_is_refused_and_left_alone() {
     let bridge = TestBridge::prepare(Options::default());
     std::fs::create_dir(&bridge.state_dir).expect("state dir");
-    std::fs::set_permissions(&bridge.state_dir, std::fs::Permissions::from_mode(0o755))
-        .expect("chmod 0755");
+    std::fs::set_permissions(&bridge.state_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod 0755");
 
     let out = bridge.serve_until_exit(None, Duration::from_secs(30)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "serve must refuse a 0755 state dir: {stderr}"
-    );
-    assert!(
-        stderr.contains("0755"),
-        "the message names the mode:\n{stderr}"
-    );
+    assert!(!out.status.success(), "serve must refuse a 0755 state dir: {stderr}");
+    assert!(stderr.contains("0755"), "the message names the mode:\n{stderr}");
     assert_eq!(
-        std::fs::metadata(&bridge.state_dir)
-            .expect("state dir")
-            .permissions()
-            .mode()
-            & 0o777,
+        std::fs::metadata(&bridge.state_dir).expect("state dir").permissions().mode() & 0o777,
         0o755,
         "the mode was changed"
     );
     assert_eq!(
-        std::fs::read_dir(&bridge.state_dir)
-            .expect("read state dir")
-            .count(),
+        std::fs::read_dir(&bridge.state_dir).expect("read state dir").count(),
         0,
         "the refused bridge wrote into the state dir"
     );

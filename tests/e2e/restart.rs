@@ -7,7 +7,7 @@ use std::time::Duration;
 use nix::unistd::Pid;
 use serde_json::json;
 
-use e2e::{TestBridge, code, poll_until, marker_pids};
+use e2e::{TestBridge, code, marker_pids, poll_until};
 
 fn task_row(b: &TestBridge, id: &str) -> (String, Option<String>) {
     b.db()
@@ -63,10 +63,7 @@ async fn after_a_crash_a_surviving_provider_keeps_the_workdir_closed_until_it_is
         .open(format!("/proc/{provider}/fd/0"))
         .expect("open the provider's stdin pipe");
     b.crash().await;
-    assert!(
-        nix::sys::signal::kill(Pid::from_raw(provider), None).is_ok(),
-        "the provider survived its bridge"
-    );
+    assert!(nix::sys::signal::kill(Pid::from_raw(provider), None).is_ok(), "the provider survived its bridge");
     b.spawn().await;
 
     let t = b.get(&id).await;
@@ -102,7 +99,11 @@ async fn an_orderly_stop_interrupts_running_tasks_and_frees_the_workdir() {
     let (id, _) = running_writer(&b).await;
     let status = b.stop().await;
     assert!(status.success(), "the bridge stops cleanly: {status}\n{}", b.log());
-    assert_eq!(task_row(&b, &id), ("interrupted".to_owned(), Some("BRIDGE_SHUTDOWN".to_owned())), "persisted before exit");
+    assert_eq!(
+        task_row(&b, &id),
+        ("interrupted".to_owned(), Some("BRIDGE_SHUTDOWN".to_owned())),
+        "persisted before exit"
+    );
     assert!(marker_pids(&id).is_empty(), "the provider was stopped");
     assert_eq!(b.guard_count(), 0, "the stop was proven");
     assert!(b.lease_is_free(1));
@@ -134,7 +135,11 @@ async fn an_orderly_stop_marks_tasks_interrupted_even_when_their_runner_ends_fir
     for n in 0..8 {
         let params = json!({ "surface": "cli", "name": "get_agent_task", "arguments": { "task_id": big } });
         let serde_json::Value::Object(params) = params else { unreachable!() };
-        let request = bridge_proto::envelope::Request { request_id: format!("stuck-{n}"), method: "capabilities.call".into(), params };
+        let request = bridge_proto::envelope::Request {
+            request_id: format!("stuck-{n}"),
+            method: "capabilities.call".into(),
+            params,
+        };
         stuck.write_all(&request.to_line()).await.expect("send");
     }
     let pid = Pid::from_raw(b.pid().expect("running") as i32);

@@ -66,15 +66,21 @@ async fn spooled_results_are_read_back_exactly_in_utf8_safe_chunks() {
     let text = read_all(&b, &id, 65_536).await;
     let (i, c) = text.char_indices().find(|(_, c)| c.len_utf8() == 4).expect("a 4-byte character");
     for inside in 1..c.len_utf8() {
-        let r = b.call("read_agent_task_result", json!({ "task_id": id, "offset_bytes": i + inside, "max_bytes": 100 })).await;
+        let r = b
+            .call("read_agent_task_result", json!({ "task_id": id, "offset_bytes": i + inside, "max_bytes": 100 }))
+            .await;
         assert_eq!(code(&r), "INVALID_RESULT_OFFSET", "offset {} inside {c:?}", i + inside);
     }
-    let past = b.call("read_agent_task_result", json!({ "task_id": id, "offset_bytes": 300_001, "max_bytes": 100 })).await;
+    let past =
+        b.call("read_agent_task_result", json!({ "task_id": id, "offset_bytes": 300_001, "max_bytes": 100 })).await;
     assert_eq!(code(&past), "INVALID_RESULT_OFFSET");
     // A chunk too small for the next character is refused rather than split.
     let tiny = b.call("read_agent_task_result", json!({ "task_id": id, "offset_bytes": i, "max_bytes": 3 })).await;
     assert_eq!(code(&tiny), "INVALID_RESULT_LIMIT");
-    let exact = b.call("read_agent_task_result", json!({ "task_id": id, "offset_bytes": i, "max_bytes": 4 })).await.expect("one character");
+    let exact = b
+        .call("read_agent_task_result", json!({ "task_id": id, "offset_bytes": i, "max_bytes": 4 }))
+        .await
+        .expect("one character");
     assert_eq!(exact["text"], c.to_string());
 
     let spool = b.state_dir.join("results").join(format!("{id}.txt"));
@@ -189,7 +195,9 @@ async fn events_page_exactly_once_in_order_with_the_envelope() {
 #[tokio::test]
 async fn provider_failures_fail_the_task_and_release_everything() {
     let b = TestBridge::start().await;
-    for (prompt, expected, message) in [("fail:boom", "AGENT_PROVIDER_ERROR", Some("boom")), ("crash", "AGENT_PROVIDER_DISCONNECTED", None)] {
+    for (prompt, expected, message) in
+        [("fail:boom", "AGENT_PROVIDER_ERROR", Some("boom")), ("crash", "AGENT_PROVIDER_DISCONNECTED", None)]
+    {
         let id = b.submit(prompt).await;
         let t = b.wait_terminal(&id).await;
         assert_eq!(t["status"], "failed", "{prompt}: {t:#}");
@@ -210,10 +218,13 @@ async fn provider_failures_fail_the_task_and_release_everything() {
 async fn the_manifest_is_frozen_hashed_and_free_of_host_paths() {
     let mut b = TestBridge::start().await;
     let id = b
-        .submit_ok(json!({ "prompt": "complete:m", "path": "src", "correlation_id": "c-11", "idempotency_key": "k-11" }))
+        .submit_ok(
+            json!({ "prompt": "complete:m", "path": "src", "correlation_id": "c-11", "idempotency_key": "k-11" }),
+        )
         .await;
     let t = b.wait_terminal(&id).await;
-    let stored: String = b.db().query_row("SELECT manifest_json FROM tasks WHERE task_id = ?1", [&id], |r| r.get(0)).unwrap();
+    let stored: String =
+        b.db().query_row("SELECT manifest_json FROM tasks WHERE task_id = ?1", [&id], |r| r.get(0)).unwrap();
     assert_eq!(t["manifest_sha256"], sha256_hex(stored.as_bytes()));
     assert_eq!(t["manifest"].to_string(), stored, "the stored manifest is canonical JSON");
     let m = &t["manifest"];
@@ -225,10 +236,17 @@ async fn the_manifest_is_frozen_hashed_and_free_of_host_paths() {
     assert_eq!(m["limits"]["retention_hours"], 168);
     assert_eq!(m["limits"]["result_spool_threshold_bytes"], 262_144);
     assert_eq!(m["deadline_at"], t["deadline_at"]);
-    let (created, deadline): (i64, i64) =
-        b.db().query_row("SELECT created_at, deadline_at FROM tasks WHERE task_id = ?1", [&id], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    let (created, deadline): (i64, i64) = b
+        .db()
+        .query_row("SELECT created_at, deadline_at FROM tasks WHERE task_id = ?1", [&id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
     assert_eq!(deadline - created, 7_200_000);
-    assert_eq!(m["workspace"], json!({ "alias": "repo", "slot": 1, "relative_cwd": "src", "profile": "workspace-write" }));
+    assert_eq!(
+        m["workspace"],
+        json!({ "alias": "repo", "slot": 1, "relative_cwd": "src", "profile": "workspace-write" })
+    );
     assert_eq!(m["runtime"]["name"], "fake");
     assert_eq!(m["correlation_id"], "c-11");
     assert_eq!(m["idempotency_key"], "k-11");
@@ -292,9 +310,12 @@ async fn host_paths_never_leave_the_bridge() {
     let t = b.wait_status(&asks, "waiting_for_approval").await;
     assert_eq!(t["pending_request"]["payload"]["title"], "Run `cat <workdir>/secret`", "{t:#}");
     assert_eq!(t["pending_request"]["payload"]["command_display"], "cat <workdir>/secret");
-    b.call("respond_agent_approval", json!({ "task_id": asks, "request_id": t["pending_request"]["request_id"], "decision": "deny" }))
-        .await
-        .expect("deny");
+    b.call(
+        "respond_agent_approval",
+        json!({ "task_id": asks, "request_id": t["pending_request"]["request_id"], "decision": "deny" }),
+    )
+    .await
+    .expect("deny");
     b.wait_terminal(&asks).await;
 
     b.writer_idle().await;

@@ -10,11 +10,22 @@ use e2e::{Options, TestBridge, code, event_types, poll_until};
 /// The four decisions every fake approval offers.
 const ALL_DECISIONS: [&str; 4] = ["approve_once", "approve_session", "deny", "cancel_task"];
 
-async fn respond(b: &TestBridge, task_id: &str, request_id: &str, decision: &str) -> Result<Value, bridge_proto::client::CallError> {
-    b.call("respond_agent_approval", json!({ "task_id": task_id, "request_id": request_id, "decision": decision })).await
+async fn respond(
+    b: &TestBridge,
+    task_id: &str,
+    request_id: &str,
+    decision: &str,
+) -> Result<Value, bridge_proto::client::CallError> {
+    b.call("respond_agent_approval", json!({ "task_id": task_id, "request_id": request_id, "decision": decision }))
+        .await
 }
 
-async fn answer(b: &TestBridge, task_id: &str, request_id: &str, answers: Value) -> Result<Value, bridge_proto::client::CallError> {
+async fn answer(
+    b: &TestBridge,
+    task_id: &str,
+    request_id: &str,
+    answers: Value,
+) -> Result<Value, bridge_proto::client::CallError> {
     b.call("answer_agent_question", json!({ "task_id": task_id, "request_id": request_id, "answers": answers })).await
 }
 
@@ -40,12 +51,19 @@ async fn approval_is_requested_resolved_once_and_checked() {
     assert!(expires > req["created_at"].as_str().unwrap() && expires < t["deadline_at"].as_str().unwrap(), "{t:#}");
     let (created, expires_ms): (i64, i64) = b
         .db()
-        .query_row("SELECT created_at, expires_at FROM interactions WHERE request_id = ?1", [&rid], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row("SELECT created_at, expires_at FROM interactions WHERE request_id = ?1", [&rid], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .expect("interaction row");
     assert_eq!(expires_ms - created, 1_800_000);
 
     // Wrong answers leave the request pending.
-    let wrong = b.call("respond_agent_approval", json!({ "task_id": id, "request_id": "req_0123456789abcdef01234567", "decision": "approve_once" })).await;
+    let wrong = b
+        .call(
+            "respond_agent_approval",
+            json!({ "task_id": id, "request_id": "req_0123456789abcdef01234567", "decision": "approve_once" }),
+        )
+        .await;
     assert_eq!(code(&wrong), "REQUEST_NOT_FOUND");
     let as_question = answer(&b, &id, &rid, json!([{ "question_id": "q1", "selected_option_ids": ["yes"] }])).await;
     assert_eq!(code(&as_question), "INVALID_QUESTION_ANSWER");
@@ -76,7 +94,10 @@ async fn approval_is_requested_resolved_once_and_checked() {
     let resolved = events.iter().find(|e| e["event_type"] == "approval.resolved").unwrap();
     assert_eq!(resolved["payload"]["decision"], "approve_once");
     let pos = |t: &str| types.iter().position(|x| x == t).unwrap();
-    assert!(pos("approval.requested") < pos("approval.resolved") && pos("approval.resolved") < pos("command.started"), "{types:?}");
+    assert!(
+        pos("approval.requested") < pos("approval.resolved") && pos("approval.resolved") < pos("command.started"),
+        "{types:?}"
+    );
 
     let again = respond(&b, &id, &rid, "approve_once").await;
     assert_eq!(code(&again), "REQUEST_ALREADY_RESOLVED");
@@ -138,7 +159,10 @@ async fn question_answers_are_validated_and_echoed() {
         ("unknown question", json!([{ "question_id": "q9", "selected_option_ids": ["yes"] }])),
         ("unknown option", json!([{ "question_id": "q1", "selected_option_ids": ["maybe"] }])),
         ("two options on single-select", json!([{ "question_id": "q1", "selected_option_ids": ["yes", "no"] }])),
-        ("question answered twice", json!([{ "question_id": "q1", "selected_option_ids": ["yes"] }, { "question_id": "q1", "selected_option_ids": ["no"] }])),
+        (
+            "question answered twice",
+            json!([{ "question_id": "q1", "selected_option_ids": ["yes"] }, { "question_id": "q1", "selected_option_ids": ["no"] }]),
+        ),
         ("empty answer", json!([{ "question_id": "q1", "selected_option_ids": [] }])),
         ("empty answer with empty text", json!([{ "question_id": "q1", "selected_option_ids": [], "text": "" }])),
     ];
@@ -154,11 +178,15 @@ async fn question_answers_are_validated_and_echoed() {
     assert_eq!(code(&as_approval), "INVALID_APPROVAL_DECISION");
     assert_eq!(b.get(&id).await["status"], "waiting_for_question");
 
-    let ok = answer(&b, &id, &rid, json!([{ "question_id": "q1", "selected_option_ids": ["yes"], "text": "go ahead" }])).await.expect("answer");
+    let ok =
+        answer(&b, &id, &rid, json!([{ "question_id": "q1", "selected_option_ids": ["yes"], "text": "go ahead" }]))
+            .await
+            .expect("answer");
     assert_eq!(ok["resolved"], true);
     let done = b.wait_terminal(&id).await;
     assert_eq!(done["status"], "succeeded", "{done:#}");
-    let echoed: Value = serde_json::from_str(done["final_response"].as_str().unwrap()).expect("the fake echoes the answers as JSON");
+    let echoed: Value =
+        serde_json::from_str(done["final_response"].as_str().unwrap()).expect("the fake echoes the answers as JSON");
     assert_eq!(echoed, json!([{ "question_id": "q1", "selected_option_ids": ["yes"], "text": "go ahead" }]));
     let events = b.all_events(&id).await;
     let answered = events.iter().find(|e| e["event_type"] == "question.answered").expect("question.answered");
@@ -180,7 +208,8 @@ async fn steering_reaches_a_running_agent_only() {
     let steered = format!("steered: {text}");
     let mut events = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !events.iter().any(|e: &Value| e["event_type"] == "agent.message" && e["payload"]["text"] == steered.as_str()) {
+    while !events.iter().any(|e: &Value| e["event_type"] == "agent.message" && e["payload"]["text"] == steered.as_str())
+    {
         assert!(Instant::now() < deadline, "no `{steered}` event: {events:#?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
         events = b.all_events(&id).await;
@@ -199,7 +228,10 @@ async fn steering_reaches_a_running_agent_only() {
     assert_eq!(code(&r), "AGENT_TASK_NOT_ACTIVE");
 
     for task in [&id, &waiting] {
-        assert_eq!(b.call("cancel_agent_task", json!({ "task_id": task })).await.expect("cancel")["status"], "cancelled");
+        assert_eq!(
+            b.call("cancel_agent_task", json!({ "task_id": task })).await.expect("cancel")["status"],
+            "cancelled"
+        );
     }
     let r = b.call("send_agent_message", json!({ "task_id": id, "message": "too late" })).await;
     assert_eq!(code(&r), "AGENT_TASK_TERMINAL");
@@ -241,10 +273,15 @@ async fn cancel_is_persisted_first_repeat_safe_and_releases_the_lease_after_clea
     let started = Instant::now();
     let c = b.call("cancel_agent_task", json!({ "task_id": stubborn })).await.expect("cancel");
     assert_eq!(c["status"], "cancelled");
-    assert!(started.elapsed() < Duration::from_secs(2), "cancel does not wait for the provider: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "cancel does not wait for the provider: {:?}",
+        started.elapsed()
+    );
     assert_eq!(b.get(&stubborn).await["status"], "cancelled");
     assert!(!b.lease_is_free(1), "the lease is held while the provider still runs");
-    poll_until("the lease is released once the provider is stopped", Duration::from_secs(20), || b.lease_is_free(1)).await;
+    poll_until("the lease is released once the provider is stopped", Duration::from_secs(20), || b.lease_is_free(1))
+        .await;
     poll_until("the guard is cleared", Duration::from_secs(5), || b.guard_count() == 0).await;
     let end = b.get(&stubborn).await;
     assert_eq!(end["status"], "cancelled", "{end:#}");
@@ -277,11 +314,16 @@ async fn continuation_resumes_the_session_under_the_rules() {
     let running = b.submit("wait:30").await;
     b.wait_status(&running, "running").await;
     let rows = rows + 1;
-    let r = b.submit_args(json!({ "profile": "review", "prompt": "complete:x", "continue_from_task_id": running })).await;
+    let r =
+        b.submit_args(json!({ "profile": "review", "prompt": "complete:x", "continue_from_task_id": running })).await;
     assert_eq!(code(&r), "AGENT_SESSION_NOT_RESUMABLE");
     b.call("cancel_agent_task", json!({ "task_id": running })).await.expect("cancel");
     // Nor continued in another workdir.
-    let r = b.submit_args(json!({ "workdir": "docs", "profile": "review", "prompt": "complete:x", "continue_from_task_id": first })).await;
+    let r = b
+        .submit_args(
+            json!({ "workdir": "docs", "profile": "review", "prompt": "complete:x", "continue_from_task_id": first }),
+        )
+        .await;
     assert_eq!(code(&r), "AGENT_SESSION_NOT_RESUMABLE");
     assert_eq!(b.task_count(), rows, "refused continuations add no row");
 
@@ -289,9 +331,14 @@ async fn continuation_resumes_the_session_under_the_rules() {
     let review = b.submit_ok(json!({ "profile": "review", "prompt": "complete:read" })).await;
     assert_eq!(b.wait_terminal(&review).await["status"], "succeeded");
     b.writer_idle().await;
-    let r = b.submit_args(json!({ "profile": "workspace-write", "prompt": "complete:write", "continue_from_task_id": review })).await;
+    let r = b
+        .submit_args(
+            json!({ "profile": "workspace-write", "prompt": "complete:write", "continue_from_task_id": review }),
+        )
+        .await;
     assert_eq!(code(&r), "AGENT_PROFILE_NOT_ALLOWED");
-    let ok = b.submit_ok(json!({ "profile": "review", "prompt": "complete:again", "continue_from_task_id": review })).await;
+    let ok =
+        b.submit_ok(json!({ "profile": "review", "prompt": "complete:again", "continue_from_task_id": review })).await;
     assert_eq!(b.wait_terminal(&ok).await["status"], "succeeded");
 }
 
@@ -319,8 +366,14 @@ async fn long_poll_wakes_on_a_change_and_times_out_otherwise() {
     let ((woken, woke_after), (same, waited)) = tokio::join!(long_poll, approve);
     assert_eq!(same["status"], "waiting_for_approval", "{same:#}");
     assert_eq!(same["pending_request"]["request_id"], rid.as_str());
-    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(4), "an unchanged 1 s wait took {waited:?}");
-    assert!(woke_after >= Duration::from_millis(900), "the long poll returned before anything changed: {woke_after:?} {woken:#}");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        "an unchanged 1 s wait took {waited:?}"
+    );
+    assert!(
+        woke_after >= Duration::from_millis(900),
+        "the long poll returned before anything changed: {woke_after:?} {woken:#}"
+    );
     assert!(woke_after < Duration::from_secs(8), "the long poll did not wake on the change: {woke_after:?}");
     assert_ne!(woken["status"], "waiting_for_approval", "{woken:#}");
     assert!(woken["pending_request"].is_null(), "{woken:#}");

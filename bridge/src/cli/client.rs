@@ -223,7 +223,9 @@ impl From<CallError> for Failure {
 async fn call(client: &Client, name: &str, arguments: Value) -> Result<Value, Failure> {
     let Value::Object(arguments) = arguments else { return Err(Failure::Usage("arguments must be an object".into())) };
     let params = CallParams { credential: None, surface: Surface::Cli, client: None, name: name.to_owned(), arguments };
-    let Value::Object(params) = serde_json::to_value(params).unwrap_or_default() else { return Err(Failure::Usage("bad params".into())) };
+    let Value::Object(params) = serde_json::to_value(params).unwrap_or_default() else {
+        return Err(Failure::Usage("bad params".into()));
+    };
     Ok(client.call(methods::CAPABILITIES_CALL, params).await?)
 }
 
@@ -247,11 +249,14 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
     match action {
         Action::Health => {
             let v = client.call(methods::BRIDGE_HEALTH, Map::new()).await?;
-            show(json_mode, &v, |v| format!("ok: agent-bridge {} with {} active task(s)", s(&v["version"]), s(&v["active_tasks"])));
+            show(json_mode, &v, |v| {
+                format!("ok: agent-bridge {} with {} active task(s)", s(&v["version"]), s(&v["active_tasks"]))
+            });
         }
         Action::Keys(KeysCommand::Create { name, role, workdirs }) => {
             let workdirs = if workdirs.is_empty() { Value::Null } else { json!(workdirs) };
-            let v = call(client, "admin_create_api_key", json!({ "name": name, "role": role, "workdirs": workdirs })).await?;
+            let v = call(client, "admin_create_api_key", json!({ "name": name, "role": role, "workdirs": workdirs }))
+                .await?;
             show(json_mode, &v, |v| s(&v["secret"]));
         }
         Action::Keys(KeysCommand::List) => {
@@ -262,7 +267,14 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
                     .map(|keys| {
                         keys.iter()
                             .map(|k| {
-                                vec![s(&k["name"]), s(&k["role"]), s(&k["key_id"]), s(&k["workdirs"]), s(&k["last_used_at"]), s(&k["revoked_at"])]
+                                vec![
+                                    s(&k["name"]),
+                                    s(&k["role"]),
+                                    s(&k["key_id"]),
+                                    s(&k["workdirs"]),
+                                    s(&k["last_used_at"]),
+                                    s(&k["revoked_at"]),
+                                ]
                             })
                             .collect()
                     })
@@ -282,13 +294,29 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
 async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Result<(), Failure> {
     match command {
         TasksCommand::List { status, workdir, runtime, owner, limit } => {
-            let v = call(client, "admin_list_tasks", json!({ "status": status, "workdir": workdir, "runtime": runtime, "owner": owner, "limit": limit })).await?;
+            let v = call(
+                client,
+                "admin_list_tasks",
+                json!({ "status": status, "workdir": workdir, "runtime": runtime, "owner": owner, "limit": limit }),
+            )
+            .await?;
             show(json_mode, &v, |v| {
                 let rows: Vec<Vec<String>> = v["tasks"]
                     .as_array()
                     .map(|tasks| {
-                        tasks.iter()
-                            .map(|t| vec![s(&t["task_id"]), s(&t["status"]), s(&t["runtime"]), s(&t["workdir"]), s(&t["owner"]), s(&t["created_at"]), s(&t["error_code"])])
+                        tasks
+                            .iter()
+                            .map(|t| {
+                                vec![
+                                    s(&t["task_id"]),
+                                    s(&t["status"]),
+                                    s(&t["runtime"]),
+                                    s(&t["workdir"]),
+                                    s(&t["owner"]),
+                                    s(&t["created_at"]),
+                                    s(&t["error_code"]),
+                                ]
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -300,12 +328,29 @@ async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Resul
             show(json_mode, &v, describe_task);
         }
         TasksCommand::Events { id, after, limit } => {
-            let v = call(client, "read_agent_task_events", json!({ "task_id": id, "after_event_id": after, "limit": limit })).await?;
+            let v = call(
+                client,
+                "read_agent_task_events",
+                json!({ "task_id": id, "after_event_id": after, "limit": limit }),
+            )
+            .await?;
             show(json_mode, &v, |v| {
                 v["events"]
                     .as_array()
                     .map(|events| {
-                        events.iter().map(|e| format!("{:>6}  {}  {}  {}", s(&e["event_id"]), s(&e["created_at"]), s(&e["event_type"]), e["payload"])).collect::<Vec<_>>().join("\n")
+                        events
+                            .iter()
+                            .map(|e| {
+                                format!(
+                                    "{:>6}  {}  {}  {}",
+                                    s(&e["event_id"]),
+                                    s(&e["created_at"]),
+                                    s(&e["event_type"]),
+                                    e["payload"]
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join("\n")
                     })
                     .unwrap_or_default()
             });
@@ -316,7 +361,9 @@ async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Resul
                 let mut text = String::new();
                 let mut offset = 0u64;
                 loop {
-                    let chunk = call(client, "read_agent_task_result", json!({ "task_id": id, "offset_bytes": offset })).await?;
+                    let chunk =
+                        call(client, "read_agent_task_result", json!({ "task_id": id, "offset_bytes": offset }))
+                            .await?;
                     text.push_str(chunk["text"].as_str().unwrap_or_default());
                     offset = chunk["next_offset_bytes"].as_u64().unwrap_or(offset);
                     if chunk["eof"].as_bool() != Some(false) {
@@ -349,16 +396,31 @@ async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Resul
         TasksCommand::Approve { id, request, session, grants } => {
             let decision = if session { "approve_session" } else { "approve_once" };
             let grants = if grants.is_empty() { Value::Null } else { json!(grants) };
-            let v = call(client, "respond_agent_approval", json!({ "task_id": id, "request_id": request, "decision": decision, "granted_permission_ids": grants })).await?;
+            let v = call(
+                client,
+                "respond_agent_approval",
+                json!({ "task_id": id, "request_id": request, "decision": decision, "granted_permission_ids": grants }),
+            )
+            .await?;
             show(json_mode, &v, |v| format!("{} {}", s(&v["request_id"]), s(&v["decision"])));
         }
         TasksCommand::Deny { id, request } => {
-            let v = call(client, "respond_agent_approval", json!({ "task_id": id, "request_id": request, "decision": "deny" })).await?;
+            let v = call(
+                client,
+                "respond_agent_approval",
+                json!({ "task_id": id, "request_id": request, "decision": "deny" }),
+            )
+            .await?;
             show(json_mode, &v, |v| format!("{} {}", s(&v["request_id"]), s(&v["decision"])));
         }
         TasksCommand::Answer { id, request, selects, texts } => {
             let answers = build_answers(&selects, &texts).map_err(Failure::Usage)?;
-            let v = call(client, "answer_agent_question", json!({ "task_id": id, "request_id": request, "answers": answers })).await?;
+            let v = call(
+                client,
+                "answer_agent_question",
+                json!({ "task_id": id, "request_id": request, "answers": answers }),
+            )
+            .await?;
             show(json_mode, &v, |v| format!("{} answered", s(&v["request_id"])));
         }
     }
@@ -401,7 +463,13 @@ fn describe_task(v: &Value) -> String {
     let mut lines = vec![
         format!("task      {}", s(&v["task_id"])),
         format!("status    {}", s(&v["status"])),
-        format!("runtime   {} in {} ({}) path {:?}", s(&v["runtime"]), s(&v["workdir"]), s(&v["profile"]), s(&v["path"])),
+        format!(
+            "runtime   {} in {} ({}) path {:?}",
+            s(&v["runtime"]),
+            s(&v["workdir"]),
+            s(&v["profile"]),
+            s(&v["path"])
+        ),
         format!("owner     {}", s(&v["owner"])),
         format!("created   {}  deadline {}", s(&v["created_at"]), s(&v["deadline_at"])),
     ];
@@ -410,7 +478,12 @@ fn describe_task(v: &Value) -> String {
     }
     let pending = &v["pending_request"];
     if !pending.is_null() {
-        lines.push(format!("pending   {} {} (expires {})", s(&pending["kind"]), s(&pending["request_id"]), s(&pending["expires_at"])));
+        lines.push(format!(
+            "pending   {} {} (expires {})",
+            s(&pending["kind"]),
+            s(&pending["request_id"]),
+            s(&pending["expires_at"])
+        ));
         lines.push(format!("          {}", pending["payload"]));
     }
     if !v["final_response"].is_null() {

@@ -128,19 +128,21 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::FakeAgent => ExitCode::from(crate::provider::fake_agent::run().clamp(0, 255) as u8),
-        Command::Config(ConfigCommand::Check { env_file, json }) => match crate::config::env::from_env_file(&env_file) {
-            Ok(report) if json => {
-                let ignored: Vec<&str> = report.ignored.iter().map(|k| k.key.as_str()).collect();
-                let doc = serde_json::json!({ "config": report.config, "ignored_keys": ignored });
-                output::line(&serde_json::to_string_pretty(&doc).unwrap_or_default());
-                Exit::Ok.into()
+        Command::Config(ConfigCommand::Check { env_file, json }) => {
+            match crate::config::env::from_env_file(&env_file) {
+                Ok(report) if json => {
+                    let ignored: Vec<&str> = report.ignored.iter().map(|k| k.key.as_str()).collect();
+                    let doc = serde_json::json!({ "config": report.config, "ignored_keys": ignored });
+                    output::line(&serde_json::to_string_pretty(&doc).unwrap_or_default());
+                    Exit::Ok.into()
+                }
+                Ok(report) => {
+                    output::line(&report.to_string());
+                    Exit::Ok.into()
+                }
+                Err(refusals) => refuse(&refusals.to_string()),
             }
-            Ok(report) => {
-                output::line(&report.to_string());
-                Exit::Ok.into()
-            }
-            Err(refusals) => refuse(&refusals.to_string()),
-        },
+        }
         Command::Config(ConfigCommand::Render { env_file, output: out, json }) => {
             match crate::config::env::from_env_file(&env_file) {
                 Ok(report) => match crate::config::render::write_private_json(&report.config, &out) {

@@ -51,11 +51,7 @@ pub fn parse(input: &[u8]) -> Result<Vec<Entry>, Vec<DotenvError>> {
             Ok(text) => text,
             Err(e) => {
                 let message = format!("invalid UTF-8 at byte {} of the line", e.valid_up_to() + 1);
-                errors.push(DotenvError {
-                    line,
-                    key: None,
-                    message,
-                });
+                errors.push(DotenvError { line, key: None, message });
                 continue;
             }
         };
@@ -70,27 +66,15 @@ pub fn parse(input: &[u8]) -> Result<Vec<Entry>, Vec<DotenvError>> {
                     });
                 } else {
                     first_line_of.insert(key.to_owned(), line);
-                    entries.push(Entry {
-                        key: key.to_owned(),
-                        value,
-                        line,
-                    });
+                    entries.push(Entry { key: key.to_owned(), value, line });
                 }
             }
             Err((key, message)) => {
-                errors.push(DotenvError {
-                    line,
-                    key: key.map(str::to_owned),
-                    message,
-                });
+                errors.push(DotenvError { line, key: key.map(str::to_owned), message });
             }
         }
     }
-    if errors.is_empty() {
-        Ok(entries)
-    } else {
-        Err(errors)
-    }
+    if errors.is_empty() { Ok(entries) } else { Err(errors) }
 }
 
 /// What a line failed with: the key when known, and the problem.
@@ -105,14 +89,8 @@ fn parse_line(text: &str) -> Result<Option<(&str, String)>, LineError<'_>> {
     if let Some(rest) = trimmed.strip_prefix("export")
         && rest.starts_with([' ', '\t'])
     {
-        let key = rest
-            .split_once('=')
-            .map(|(key, _)| key.trim_matches([' ', '\t']))
-            .filter(|key| is_valid_key(key));
-        return Err((
-            key,
-            "the `export` prefix is not supported: write KEY=VALUE without it".to_owned(),
-        ));
+        let key = rest.split_once('=').map(|(key, _)| key.trim_matches([' ', '\t'])).filter(|key| is_valid_key(key));
+        return Err((key, "the `export` prefix is not supported: write KEY=VALUE without it".to_owned()));
     }
     let Some((key_part, value_part)) = trimmed.split_once('=') else {
         return Err((None, "expected KEY=VALUE".to_owned()));
@@ -129,9 +107,7 @@ fn parse_line(text: &str) -> Result<Option<(&str, String)>, LineError<'_>> {
         };
         return Err((None, message));
     }
-    parse_value(value_part)
-        .map(|value| Some((key, value)))
-        .map_err(|message| (Some(key), message))
+    parse_value(value_part).map(|value| Some((key, value))).map_err(|message| (Some(key), message))
 }
 
 /// Whether `key` matches `[A-Za-z_][A-Za-z0-9_]*`.
@@ -190,11 +166,9 @@ fn parse_double_quoted(body: &str) -> Result<String, String> {
                 Some((_, '\\')) => value.push('\\'),
                 Some((_, 'n')) => value.push('\n'),
                 Some(_) => {
-                    return Err(
-                        "unsupported escape in a double-quoted value (only \\\", \\\\ and \\n \
+                    return Err("unsupported escape in a double-quoted value (only \\\", \\\\ and \\n \
                          are allowed)"
-                            .to_owned(),
-                    );
+                        .to_owned());
                 }
                 None => return Err("unterminated double-quoted value".to_owned()),
             },
@@ -210,10 +184,7 @@ fn check_after_quote(rest: &str) -> Result<(), String> {
     if trimmed.is_empty() || (trimmed.len() < rest.len() && trimmed.starts_with('#')) {
         Ok(())
     } else {
-        Err(
-            "unexpected text after the closing quote (only a comment after whitespace may follow)"
-                .to_owned(),
-        )
+        Err("unexpected text after the closing quote (only a comment after whitespace may follow)".to_owned())
     }
 }
 
@@ -227,10 +198,7 @@ mod tests {
 
     fn ok(input: &str) -> Vec<(String, String, usize)> {
         match parse(input.as_bytes()) {
-            Ok(entries) => entries
-                .into_iter()
-                .map(|e| (e.key, e.value, e.line))
-                .collect(),
+            Ok(entries) => entries.into_iter().map(|e| (e.key, e.value, e.line)).collect(),
             Err(errors) => panic!("unexpected errors: {errors:?}"),
         }
     }
@@ -277,18 +245,11 @@ mod tests {
         assert!(errors[0].message.contains("export"));
         assert_eq!(errors[0].key.as_deref(), Some("A"));
         assert_eq!(errors[1].key.as_deref(), Some("B"));
-        assert!(
-            errors[1]
-                .message
-                .contains("duplicate key (first set on line 2)")
-        );
+        assert!(errors[1].message.contains("duplicate key (first set on line 2)"));
         assert!(errors[2].message.contains("invalid key"));
         assert!(errors[3].message.contains("missing key"));
         assert!(errors[4].message.contains("expected KEY=VALUE"));
-        assert_eq!(
-            errors[1].to_string(),
-            "line 3: duplicate key (first set on line 2)"
-        );
+        assert_eq!(errors[1].to_string(), "line 3: duplicate key (first set on line 2)");
     }
 
     #[test]
@@ -306,11 +267,7 @@ mod tests {
             assert_eq!(errors.len(), 1, "{input:?}");
             assert_eq!(errors[0].line, 1);
             assert_eq!(errors[0].key.as_deref(), Some("A"));
-            assert!(
-                errors[0].message.contains(expected),
-                "{input:?}: {}",
-                errors[0].message
-            );
+            assert!(errors[0].message.contains(expected), "{input:?}: {}", errors[0].message);
         }
     }
 
@@ -324,11 +281,7 @@ mod tests {
 
     #[test]
     fn errors_never_quote_the_value() {
-        for input in [
-            "TOKEN=\"hunter2\\q\"",
-            "TOKEN='hunter2",
-            "TOKEN=\"hunter2\"tail",
-        ] {
+        for input in ["TOKEN=\"hunter2\\q\"", "TOKEN='hunter2", "TOKEN=\"hunter2\"tail"] {
             for error in err(input) {
                 assert!(!error.to_string().contains("hunter2"), "{error}");
             }

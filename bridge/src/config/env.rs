@@ -34,21 +34,10 @@ impl Context {
     pub fn current() -> Result<Context, Refusals> {
         let uid = nix::unistd::getuid();
         let gid = nix::unistd::getgid().as_raw();
-        let from_env = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute());
-        let home = from_env.or_else(|| {
-            nix::unistd::User::from_uid(uid)
-                .ok()
-                .flatten()
-                .map(|user| user.dir)
-        });
+        let from_env = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+        let home = from_env.or_else(|| nix::unistd::User::from_uid(uid).ok().flatten().map(|user| user.dir));
         match home {
-            Some(home) => Ok(Context {
-                home,
-                uid: uid.as_raw(),
-                gid,
-            }),
+            Some(home) => Ok(Context { home, uid: uid.as_raw(), gid }),
             None => Err(Refusals::single(
                 None,
                 "cannot tell the home directory: HOME is unset or relative and the \
@@ -71,8 +60,8 @@ pub fn from_env_file_with(path: &Path, context: &Context) -> Result<EnvReport, R
 
 /// Reads and parses a `.env` file; every syntax error becomes a refusal.
 fn read_entries(path: &Path) -> Result<Vec<Entry>, Refusals> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Refusals::single(None, format!("cannot read {}: {e}", path.display())))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| Refusals::single(None, format!("cannot read {}: {e}", path.display())))?;
     dotenv::parse(&bytes).map_err(|errors| {
         let mut refusals = Refusals::default();
         for error in errors {
@@ -101,21 +90,11 @@ pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Ref
                 values.insert(key, entry.value.as_str());
             }
             Some(Owner::ServerFsIgnored) => {
-                ignored.push(IgnoredKey {
-                    key: key.to_owned(),
-                    line: entry.line,
-                    kind: IgnoredKind::ServerFs,
-                });
+                ignored.push(IgnoredKey { key: key.to_owned(), line: entry.line, kind: IgnoredKind::ServerFs });
             }
-            None if keys::in_our_namespace(key) => {
-                unknown.push(Some(key), keys::unknown_key_message(key))
-            }
+            None if keys::in_our_namespace(key) => unknown.push(Some(key), keys::unknown_key_message(key)),
             None => {
-                ignored.push(IgnoredKey {
-                    key: key.to_owned(),
-                    line: entry.line,
-                    kind: IgnoredKind::OtherProgram,
-                });
+                ignored.push(IgnoredKey { key: key.to_owned(), line: entry.line, kind: IgnoredKind::OtherProgram });
             }
         }
     }
@@ -132,20 +111,12 @@ pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Ref
         return Err(Refusals::single(None, message));
     };
     check_rules(&config)?;
-    Ok(EnvReport {
-        config,
-        other,
-        ignored,
-        own_uid: context.uid,
-        own_gid: context.gid,
-    })
+    Ok(EnvReport { config, other, ignored, own_uid: context.uid, own_gid: context.gid })
 }
 
 /// Reads every key that ends up in [`BridgeConfig`].
 fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
-    let socket_dir = reader
-        .path("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR")
-        .flatten();
+    let socket_dir = reader.path("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR").flatten();
     let lock_dir = reader.path("SERVERFS_AGENT_LOCK_HOST_DIR").flatten();
     let state_dir = reader.path("SERVERFS_AGENT_BRIDGE_STATE_DIR").flatten();
     let allowed_peer_uid = reader.id("SERVERFS_AGENT_PEER_UID");
@@ -186,16 +157,9 @@ fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
     let interaction = reader.positive("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", MAX_SECONDS);
     let max_active = reader.positive("SERVERFS_AGENT_MAX_ACTIVE_TASKS", u64::from(u32::MAX));
     let retention = reader.positive("SERVERFS_AGENT_TASK_RETENTION_HOURS", MAX_HOURS);
-    let threshold = reader.positive(
-        "SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES",
-        MAX_SPOOLED_RESULT_BYTES,
-    );
+    let threshold = reader.positive("SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES", MAX_SPOOLED_RESULT_BYTES);
     let idle_key = "SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS";
-    let idle = if reader.effective(idle_key).is_some() {
-        Some(reader.positive(idle_key, MAX_SECONDS)?)
-    } else {
-        None
-    };
+    let idle = if reader.effective(idle_key).is_some() { Some(reader.positive(idle_key, MAX_SECONDS)?) } else { None };
     Some(Limits {
         task_timeout_seconds: task_timeout?,
         interaction_timeout_seconds: interaction?,
@@ -214,13 +178,7 @@ fn read_mcp_auth(reader: &mut Reader<'_>) -> Option<McpAuth> {
         "bearer" => Some(McpAuthMode::Bearer),
         "none" => Some(McpAuthMode::None),
         _ => {
-            reader.refuse(
-                key,
-                format!(
-                    "{} is not an auth mode (use bearer or none)",
-                    shown(key, text)
-                ),
-            );
+            reader.refuse(key, format!("{} is not an auth mode (use bearer or none)", shown(key, text)));
             None
         }
     };
@@ -229,10 +187,7 @@ fn read_mcp_auth(reader: &mut Reader<'_>) -> Option<McpAuth> {
     let principal = if is_valid_principal(text) {
         Some(text.to_owned())
     } else {
-        let message = format!(
-            "{} is not a principal name (1 to 64 letters, digits, @, ., _ or -)",
-            shown(key, text)
-        );
+        let message = format!("{} is not a principal name (1 to 64 letters, digits, @, ., _ or -)", shown(key, text));
         reader.refuse(key, message);
         None
     };
@@ -240,27 +195,15 @@ fn read_mcp_auth(reader: &mut Reader<'_>) -> Option<McpAuth> {
     let text = reader.effective(key).unwrap_or("operator");
     let role = Role::parse(text);
     if role.is_none() {
-        reader.refuse(
-            key,
-            format!(
-                "{} is not a role (use viewer, operator or admin)",
-                shown(key, text)
-            ),
-        );
+        reader.refuse(key, format!("{} is not a role (use viewer, operator or admin)", shown(key, text)));
     }
-    Some(McpAuth {
-        mode: mode?,
-        tunnel_principal: principal?,
-        tunnel_role: role?,
-    })
+    Some(McpAuth { mode: mode?, tunnel_principal: principal?, tunnel_role: role? })
 }
 
 /// Whether a tunnel principal matches `[A-Za-z0-9@._-]{1,64}`.
 fn is_valid_principal(text: &str) -> bool {
     (1..=64).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'@' | b'.' | b'_' | b'-'))
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'@' | b'.' | b'_' | b'-'))
 }
 
 /// Reads the settings of `mcp-front` and the board, which [`BridgeConfig`] does not hold.
@@ -287,14 +230,9 @@ fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
     let key = "SERVERFS_LOG_LEVEL";
     let text = reader.effective(key).unwrap_or("INFO");
     let log_level = match text.to_ascii_uppercase().as_str() {
-        level @ ("TRACE" | "DEBUG" | "INFO" | "WARN" | "WARNING" | "ERROR") => {
-            Some(level.to_owned())
-        }
+        level @ ("TRACE" | "DEBUG" | "INFO" | "WARN" | "WARNING" | "ERROR") => Some(level.to_owned()),
         _ => {
-            let message = format!(
-                "{} is not a log level (use TRACE, DEBUG, INFO, WARNING or ERROR)",
-                shown(key, text)
-            );
+            let message = format!("{} is not a log level (use TRACE, DEBUG, INFO, WARNING or ERROR)", shown(key, text));
             reader.refuse(key, message);
             None
         }
@@ -325,55 +263,27 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
         if let Some(path) = path
             && !path.is_absolute()
         {
-            refusals.push(
-                Some(field),
-                format!("{} is not an absolute path", path.display()),
-            );
+            refusals.push(Some(field), format!("{} is not an absolute path", path.display()));
         }
     }
     let limits = &config.limits;
     for (field, value, max) in [
-        (
-            "limits.task_timeout_seconds",
-            limits.task_timeout_seconds,
-            MAX_SECONDS,
-        ),
-        (
-            "limits.interaction_timeout_seconds",
-            limits.interaction_timeout_seconds,
-            MAX_SECONDS,
-        ),
-        (
-            "limits.max_active_tasks",
-            u64::from(limits.max_active_tasks),
-            u64::MAX,
-        ),
+        ("limits.task_timeout_seconds", limits.task_timeout_seconds, MAX_SECONDS),
+        ("limits.interaction_timeout_seconds", limits.interaction_timeout_seconds, MAX_SECONDS),
+        ("limits.max_active_tasks", u64::from(limits.max_active_tasks), u64::MAX),
         ("limits.retention_hours", limits.retention_hours, MAX_HOURS),
-        (
-            "limits.result_spool_threshold_bytes",
-            limits.result_spool_threshold_bytes,
-            MAX_SPOOLED_RESULT_BYTES,
-        ),
-        (
-            "limits.event_idle_timeout_seconds",
-            limits.event_idle_timeout_seconds.unwrap_or(1),
-            MAX_SECONDS,
-        ),
+        ("limits.result_spool_threshold_bytes", limits.result_spool_threshold_bytes, MAX_SPOOLED_RESULT_BYTES),
+        ("limits.event_idle_timeout_seconds", limits.event_idle_timeout_seconds.unwrap_or(1), MAX_SECONDS),
     ] {
         if value == 0 {
             refusals.push(Some(field), "must be at least 1");
         } else if value > max {
-            refusals.push(
-                Some(field),
-                format!("{value} is too large: the value must be at most {max}"),
-            );
+            refusals.push(Some(field), format!("{value} is too large: the value must be at most {max}"));
         }
     }
     if !is_valid_principal(&config.mcp_auth.tunnel_principal) {
-        refusals.push(
-            Some("mcp_auth.tunnel_principal"),
-            "is not a principal name (1 to 64 letters, digits, @, ., _ or -)",
-        );
+        refusals
+            .push(Some("mcp_auth.tunnel_principal"), "is not a principal name (1 to 64 letters, digits, @, ., _ or -)");
     }
     workdirs::check_workdir_rules(config, &mut refusals);
     refusals.into_result(())

@@ -85,29 +85,12 @@ pub fn slot_key(slot: u8, suffix: &str) -> String {
     format!("{SLOT_PREFIX}{slot:02}_{suffix}")
 }
 
-const fn ours(
-    name: &'static str,
-    default: Option<&'static str>,
-    group: Group,
-    meaning: &'static str,
-) -> KeySpec {
-    KeySpec {
-        name,
-        default,
-        group,
-        meaning,
-        owner: Owner::Ours,
-    }
+const fn ours(name: &'static str, default: Option<&'static str>, group: Group, meaning: &'static str) -> KeySpec {
+    KeySpec { name, default, group, meaning, owner: Owner::Ours }
 }
 
 const fn serverfs(name: &'static str, meaning: &'static str) -> KeySpec {
-    KeySpec {
-        name,
-        default: None,
-        group: Group::ServerFs,
-        meaning,
-        owner: Owner::ServerFsIgnored,
-    }
+    KeySpec { name, default: None, group: Group::ServerFs, meaning, owner: Owner::ServerFsIgnored }
 }
 
 /// Every key the project knows, ours first, in `.env.example` order.
@@ -142,12 +125,7 @@ pub static KEYS: &[KeySpec] = &[
         Group::Identity,
         "The gid allowed to connect to the bridge socket; empty means the bridge's own gid.",
     ),
-    ours(
-        "SERVERFS_AGENT_ALLOW_ROOT",
-        Some("false"),
-        Group::Identity,
-        "Let the bridge run as root; leave false.",
-    ),
+    ours("SERVERFS_AGENT_ALLOW_ROOT", Some("false"), Group::Identity, "Let the bridge run as root; leave false."),
     ours(
         "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS",
         Some("7200"),
@@ -214,12 +192,7 @@ pub static KEYS: &[KeySpec] = &[
         Group::Front,
         "Front-to-bridge RPC timeout: one call from mcp-front to the bridge, in seconds.",
     ),
-    ours(
-        "SERVERFS_MCP_LISTEN",
-        Some("127.0.0.1:8765"),
-        Group::Front,
-        "The address mcp-front listens on (IP:port).",
-    ),
+    ours("SERVERFS_MCP_LISTEN", Some("127.0.0.1:8765"), Group::Front, "The address mcp-front listens on (IP:port)."),
     ours(
         "SERVERFS_MCP_ALLOWED_HOSTS",
         None,
@@ -280,30 +253,15 @@ pub static KEYS: &[KeySpec] = &[
         Group::Runtimes,
         "Claude Code's configuration directory; empty means its own default.",
     ),
-    ours(
-        "SERVERFS_LOG_LEVEL",
-        Some("INFO"),
-        Group::Logging,
-        "Log level: TRACE, DEBUG, INFO, WARNING or ERROR.",
-    ),
+    ours("SERVERFS_LOG_LEVEL", Some("INFO"), Group::Logging, "Log level: TRACE, DEBUG, INFO, WARNING or ERROR."),
     ours(
         "WORKDIR_NN_ALIAS",
         None,
         Group::Workdir,
         "The name callers use for this workdir; letter first, then letters, digits, _ or -.",
     ),
-    ours(
-        "WORKDIR_NN_PATH",
-        None,
-        Group::Workdir,
-        "The workdir's existing host directory; absolute or ~/.",
-    ),
-    ours(
-        "WORKDIR_NN_DESCRIPTION",
-        None,
-        Group::Workdir,
-        "One line shown to callers.",
-    ),
+    ours("WORKDIR_NN_PATH", None, Group::Workdir, "The workdir's existing host directory; absolute or ~/."),
+    ours("WORKDIR_NN_DESCRIPTION", None, Group::Workdir, "One line shown to callers."),
     ours(
         "WORKDIR_NN_READ_ONLY",
         Some("true"),
@@ -325,137 +283,50 @@ pub static KEYS: &[KeySpec] = &[
     serverfs("SERVERFS_IMAGE", "The ServerFS container image."),
     serverfs("SERVERFS_UID", "The ServerFS container's uid."),
     serverfs("SERVERFS_GID", "The ServerFS container's gid."),
-    serverfs(
-        "SERVERFS_AGENT_BRIDGE_ENABLED",
-        "ServerFS's master switch for its own bridge.",
-    ),
-    serverfs(
-        "SERVERFS_AGENT_USE_PROXY",
-        "ServerFS agent egress through its shared proxy.",
-    ),
-    serverfs(
-        "SERVERFS_CODEX_AUTOSTART",
-        "ServerFS starting the Codex app-server daemon on demand.",
-    ),
-    serverfs(
-        "SERVERFS_CODEX_REQUEST_TIMEOUT_SECONDS",
-        "ServerFS's per-request Codex timeout.",
-    ),
-    serverfs(
-        "SERVERFS_CLAUDE_PROBE_TIMEOUT_SECONDS",
-        "ServerFS's Claude version probe timeout.",
-    ),
-    serverfs(
-        "SERVERFS_QODER_BIN",
-        "The Qoder executable; Qoder is not supported.",
-    ),
-    serverfs(
-        "SERVERFS_QODER_PROBE_TIMEOUT_SECONDS",
-        "ServerFS's Qoder version probe timeout.",
-    ),
+    serverfs("SERVERFS_AGENT_BRIDGE_ENABLED", "ServerFS's master switch for its own bridge."),
+    serverfs("SERVERFS_AGENT_USE_PROXY", "ServerFS agent egress through its shared proxy."),
+    serverfs("SERVERFS_CODEX_AUTOSTART", "ServerFS starting the Codex app-server daemon on demand."),
+    serverfs("SERVERFS_CODEX_REQUEST_TIMEOUT_SECONDS", "ServerFS's per-request Codex timeout."),
+    serverfs("SERVERFS_CLAUDE_PROBE_TIMEOUT_SECONDS", "ServerFS's Claude version probe timeout."),
+    serverfs("SERVERFS_QODER_BIN", "The Qoder executable; Qoder is not supported."),
+    serverfs("SERVERFS_QODER_PROBE_TIMEOUT_SECONDS", "ServerFS's Qoder version probe timeout."),
     serverfs("SERVERFS_JEV_API_KEY", "ServerFS's Jev advisor key."),
-    serverfs(
-        "SERVERFS_JEV_USE_PROXY",
-        "ServerFS's Jev egress through its shared proxy.",
-    ),
+    serverfs("SERVERFS_JEV_USE_PROXY", "ServerFS's Jev egress through its shared proxy."),
     serverfs("SERVERFS_MAX_READ_BYTES", "ServerFS file tool limit."),
     serverfs("SERVERFS_MAX_READ_LINES", "ServerFS file tool limit."),
     serverfs("SERVERFS_DEFAULT_LIST_LIMIT", "ServerFS file tool limit."),
     serverfs("SERVERFS_MAX_LIST_ENTRIES", "ServerFS file tool limit."),
-    serverfs(
-        "SERVERFS_DEFAULT_SEARCH_RESULTS",
-        "ServerFS file tool limit.",
-    ),
+    serverfs("SERVERFS_DEFAULT_SEARCH_RESULTS", "ServerFS file tool limit."),
     serverfs("SERVERFS_MAX_SEARCH_RESULTS", "ServerFS file tool limit."),
     serverfs("SERVERFS_MAX_WALK_ENTRIES", "ServerFS file tool limit."),
-    serverfs(
-        "SERVERFS_SEARCH_TIMEOUT_SECONDS",
-        "ServerFS file tool limit.",
-    ),
-    serverfs(
-        "SERVERFS_SEARCH_MAX_FILE_BYTES",
-        "ServerFS file tool limit.",
-    ),
+    serverfs("SERVERFS_SEARCH_TIMEOUT_SECONDS", "ServerFS file tool limit."),
+    serverfs("SERVERFS_SEARCH_MAX_FILE_BYTES", "ServerFS file tool limit."),
     serverfs("SERVERFS_ALLOW_HIDDEN", "ServerFS file tool policy."),
     serverfs("SERVERFS_EXTRA_DENY_GLOBS", "ServerFS file tool policy."),
-    serverfs(
-        "SERVERFS_DISABLE_DEFAULT_DENY",
-        "ServerFS file tool policy.",
-    ),
+    serverfs("SERVERFS_DISABLE_DEFAULT_DENY", "ServerFS file tool policy."),
     serverfs("SERVERFS_MAX_WRITE_BYTES", "ServerFS file tool limit."),
     serverfs("SERVERFS_MAX_EDITS_PER_CALL", "ServerFS file tool limit."),
-    serverfs(
-        "SERVERFS_BINARY_TRANSFER_ENABLED",
-        "ServerFS file tool policy.",
-    ),
-    serverfs(
-        "SERVERFS_MAX_BINARY_TRANSFER_BYTES",
-        "ServerFS file tool limit.",
-    ),
-    serverfs(
-        "SERVERFS_FILE_INGRESS_ENABLED",
-        "ServerFS file ingress sidecar.",
-    ),
-    serverfs(
-        "SERVERFS_FILE_INGRESS_TIMEOUT_SECONDS",
-        "ServerFS file ingress sidecar.",
-    ),
-    serverfs(
-        "SERVERFS_FILE_INGRESS_ALLOWED_HOSTS",
-        "ServerFS file ingress sidecar.",
-    ),
-    serverfs(
-        "SERVERFS_FILE_INGRESS_ALLOW_OPENAI_BLOB_HOSTS",
-        "ServerFS file ingress sidecar.",
-    ),
-    serverfs(
-        "SERVERFS_FILE_INGRESS_FETCH_TIMEOUT_SECONDS",
-        "ServerFS file ingress sidecar.",
-    ),
-    serverfs(
-        "SERVERFS_FILE_INGRESS_MAX_REDIRECTS",
-        "ServerFS file ingress sidecar.",
-    ),
-    serverfs(
-        "SERVERFS_OPENAI_TUNNEL_USE_PROXY",
-        "ServerFS's tunnel egress through its shared proxy.",
-    ),
+    serverfs("SERVERFS_BINARY_TRANSFER_ENABLED", "ServerFS file tool policy."),
+    serverfs("SERVERFS_MAX_BINARY_TRANSFER_BYTES", "ServerFS file tool limit."),
+    serverfs("SERVERFS_FILE_INGRESS_ENABLED", "ServerFS file ingress sidecar."),
+    serverfs("SERVERFS_FILE_INGRESS_TIMEOUT_SECONDS", "ServerFS file ingress sidecar."),
+    serverfs("SERVERFS_FILE_INGRESS_ALLOWED_HOSTS", "ServerFS file ingress sidecar."),
+    serverfs("SERVERFS_FILE_INGRESS_ALLOW_OPENAI_BLOB_HOSTS", "ServerFS file ingress sidecar."),
+    serverfs("SERVERFS_FILE_INGRESS_FETCH_TIMEOUT_SECONDS", "ServerFS file ingress sidecar."),
+    serverfs("SERVERFS_FILE_INGRESS_MAX_REDIRECTS", "ServerFS file ingress sidecar."),
+    serverfs("SERVERFS_OPENAI_TUNNEL_USE_PROXY", "ServerFS's tunnel egress through its shared proxy."),
     serverfs("SERVERFS_PROXY_HOST", "ServerFS's shared proxy."),
     serverfs("SERVERFS_PROXY_PORT", "ServerFS's shared proxy."),
     serverfs("SERVERFS_PROXY_USERNAME", "ServerFS's shared proxy."),
     serverfs("SERVERFS_PROXY_PASSWORD", "ServerFS's shared proxy."),
-    serverfs(
-        "WORKDIR_NN_ALLOW_HIDDEN",
-        "ServerFS per-workdir file tool policy.",
-    ),
-    serverfs(
-        "WORKDIR_NN_DISABLE_DEFAULT_DENY",
-        "ServerFS per-workdir file tool policy.",
-    ),
-    serverfs(
-        "WORKDIR_NN_EXTRA_DENY_GLOBS",
-        "ServerFS per-workdir file tool policy.",
-    ),
-    serverfs(
-        "WORKDIR_NN_MAX_READ_BYTES",
-        "ServerFS per-workdir file tool limit.",
-    ),
-    serverfs(
-        "WORKDIR_NN_MAX_READ_LINES",
-        "ServerFS per-workdir file tool limit.",
-    ),
-    serverfs(
-        "WORKDIR_NN_MAX_WRITE_BYTES",
-        "ServerFS per-workdir file tool limit.",
-    ),
-    serverfs(
-        "WORKDIR_NN_BINARY_TRANSFER_ENABLED",
-        "ServerFS per-workdir file tool policy.",
-    ),
-    serverfs(
-        "WORKDIR_NN_MAX_BINARY_TRANSFER_BYTES",
-        "ServerFS per-workdir file tool limit.",
-    ),
+    serverfs("WORKDIR_NN_ALLOW_HIDDEN", "ServerFS per-workdir file tool policy."),
+    serverfs("WORKDIR_NN_DISABLE_DEFAULT_DENY", "ServerFS per-workdir file tool policy."),
+    serverfs("WORKDIR_NN_EXTRA_DENY_GLOBS", "ServerFS per-workdir file tool policy."),
+    serverfs("WORKDIR_NN_MAX_READ_BYTES", "ServerFS per-workdir file tool limit."),
+    serverfs("WORKDIR_NN_MAX_READ_LINES", "ServerFS per-workdir file tool limit."),
+    serverfs("WORKDIR_NN_MAX_WRITE_BYTES", "ServerFS per-workdir file tool limit."),
+    serverfs("WORKDIR_NN_BINARY_TRANSFER_ENABLED", "ServerFS per-workdir file tool policy."),
+    serverfs("WORKDIR_NN_MAX_BINARY_TRANSFER_BYTES", "ServerFS per-workdir file tool limit."),
 ];
 
 /// A key found in the catalog.
@@ -476,14 +347,9 @@ pub fn lookup(key: &str) -> Option<KnownKey> {
         return KEYS
             .iter()
             .find(|spec| spec.name.strip_prefix(SLOT_PLACEHOLDER) == Some(suffix))
-            .map(|spec| KnownKey {
-                spec,
-                slot: Some(slot),
-            });
+            .map(|spec| KnownKey { spec, slot: Some(slot) });
     }
-    KEYS.iter()
-        .find(|spec| !spec.is_per_slot() && spec.name == key)
-        .map(|spec| KnownKey { spec, slot: None })
+    KEYS.iter().find(|spec| !spec.is_per_slot() && spec.name == key).map(|spec| KnownKey { spec, slot: None })
 }
 
 /// Splits `WORKDIR_07_ALIAS` into `(7, "ALIAS")`; anything else is `None`.
@@ -507,18 +373,14 @@ pub fn in_our_namespace(key: &str) -> bool {
 /// Whether a key's value must never be shown: its name mentions a key, secret, token or password.
 pub fn is_secret(key: &str) -> bool {
     let upper = key.to_ascii_uppercase();
-    ["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD"]
-        .iter()
-        .any(|word| upper.contains(word))
+    ["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD"].iter().any(|word| upper.contains(word))
 }
 
 /// Explains why an unknown key of our namespace is refused, with the closest known key when
 /// one is within two edits.
 pub fn unknown_key_message(key: &str) -> String {
     if let Some((slot, suffix)) = split_slot_key(key) {
-        let known_suffix = KEYS
-            .iter()
-            .any(|spec| spec.name.strip_prefix(SLOT_PLACEHOLDER) == Some(suffix));
+        let known_suffix = KEYS.iter().any(|spec| spec.name.strip_prefix(SLOT_PLACEHOLDER) == Some(suffix));
         if known_suffix && !(1..=SLOT_COUNT).contains(&slot) {
             return format!("unknown key: workdir slots are numbered 01 to {SLOT_COUNT:02}");
         }
@@ -535,9 +397,7 @@ pub fn suggest(key: &str) -> Option<String> {
     let mut best: Option<(usize, String)> = None;
     for spec in KEYS {
         let names: Vec<String> = if spec.is_per_slot() {
-            (1..=SLOT_COUNT)
-                .map(|slot| spec.name_for_slot(slot))
-                .collect()
+            (1..=SLOT_COUNT).map(|slot| spec.name_for_slot(slot)).collect()
         } else {
             vec![spec.name.to_owned()]
         };
@@ -575,20 +435,10 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for spec in KEYS {
             assert!(seen.insert(spec.name), "{} appears twice", spec.name);
+            assert!(in_our_namespace(spec.name), "{} is outside our namespace", spec.name);
+            assert!(spec.meaning.ends_with('.'), "{}'s meaning is not a sentence", spec.name);
             assert!(
-                in_our_namespace(spec.name),
-                "{} is outside our namespace",
-                spec.name
-            );
-            assert!(
-                spec.meaning.ends_with('.'),
-                "{}'s meaning is not a sentence",
-                spec.name
-            );
-            assert!(
-                spec.name
-                    .bytes()
-                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+                spec.name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
                 "{} is not UPPER_SNAKE",
                 spec.name
             );
@@ -614,18 +464,9 @@ mod tests {
 
     #[test]
     fn suggestions_stay_within_two_edits() {
-        assert_eq!(
-            suggest("SERVERFS_AGENT_MODES").as_deref(),
-            Some("SERVERFS_AGENT_MODE")
-        );
-        assert_eq!(
-            suggest("WORKDIR_01_ALIAZ").as_deref(),
-            Some("WORKDIR_01_ALIAS")
-        );
-        assert_eq!(
-            suggest("serverfs_log_level").as_deref(),
-            Some("SERVERFS_LOG_LEVEL")
-        );
+        assert_eq!(suggest("SERVERFS_AGENT_MODES").as_deref(), Some("SERVERFS_AGENT_MODE"));
+        assert_eq!(suggest("WORKDIR_01_ALIAZ").as_deref(), Some("WORKDIR_01_ALIAS"));
+        assert_eq!(suggest("serverfs_log_level").as_deref(), Some("SERVERFS_LOG_LEVEL"));
         assert_eq!(suggest("SERVERFS_SOMETHING_ELSE"), None);
         assert!(unknown_key_message("WORKDIR_17_ALIAS").contains("01 to 16"));
     }
@@ -640,12 +481,7 @@ mod tests {
 
     #[test]
     fn secret_looking_names_are_recognized() {
-        for name in [
-            "SERVERFS_JEV_API_KEY",
-            "SERVERFS_PROXY_PASSWORD",
-            "GITHUB_TOKEN",
-            "MY_SECRET",
-        ] {
+        for name in ["SERVERFS_JEV_API_KEY", "SERVERFS_PROXY_PASSWORD", "GITHUB_TOKEN", "MY_SECRET"] {
             assert!(is_secret(name), "{name}");
         }
         assert!(!is_secret("SERVERFS_AGENT_MODE"));

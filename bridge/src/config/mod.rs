@@ -97,11 +97,7 @@ pub struct McpAuth {
 
 impl Default for McpAuth {
     fn default() -> McpAuth {
-        McpAuth {
-            mode: McpAuthMode::Bearer,
-            tunnel_principal: "tunnel".into(),
-            tunnel_role: Role::Operator,
-        }
+        McpAuth { mode: McpAuthMode::Bearer, tunnel_principal: "tunnel".into(), tunnel_role: Role::Operator }
     }
 }
 
@@ -261,18 +257,11 @@ pub enum LoadError {
 
 /// Loads a config rendered by `agent-bridge config render` and re-checks its rules.
 pub fn load_json(path: &Path) -> Result<BridgeConfig, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let config: BridgeConfig = serde_json::from_str(&text).map_err(|e| LoadError::Invalid {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    env::check_rules(&config).map_err(|refusals| LoadError::Invalid {
-        path: path.to_owned(),
-        message: refusals.to_string(),
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    let config: BridgeConfig = serde_json::from_str(&text)
+        .map_err(|e| LoadError::Invalid { path: path.to_owned(), message: e.to_string() })?;
+    env::check_rules(&config)
+        .map_err(|refusals| LoadError::Invalid { path: path.to_owned(), message: refusals.to_string() })?;
     Ok(config)
 }
 

@@ -37,10 +37,7 @@ impl Refusals {
 
     /// Records one refusal.
     pub fn push(&mut self, key: Option<&str>, message: impl Into<String>) {
-        self.0.push(Refusal {
-            key: key.map(str::to_owned),
-            message: message.into(),
-        });
+        self.0.push(Refusal { key: key.map(str::to_owned), message: message.into() });
     }
 
     /// Whether nothing was refused.
@@ -55,11 +52,7 @@ impl Refusals {
 
     /// `Ok(value)` when nothing was refused, else the refusals.
     pub fn into_result<T>(self, value: T) -> Result<T, Refusals> {
-        if self.is_empty() {
-            Ok(value)
-        } else {
-            Err(self)
-        }
+        if self.is_empty() { Ok(value) } else { Err(self) }
     }
 }
 

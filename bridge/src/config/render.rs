@@ -70,11 +70,7 @@ pub enum RenderError {
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> RenderError {
     let path = path.to_owned();
-    move |source| RenderError::Io {
-        action,
-        path,
-        source,
-    }
+    move |source| RenderError::Io { action, path, source }
 }
 
 /// Writes `config` as pretty JSON to `output`, atomically and readable by its owner only.
@@ -82,9 +78,7 @@ pub fn write_private_json(config: &BridgeConfig, output: &Path) -> Result<(), Re
     let mut json = serde_json::to_string_pretty(config)?;
     json.push('\n');
 
-    let file_name = output.file_name().ok_or_else(|| RenderError::NoFileName {
-        path: output.to_owned(),
-    })?;
+    let file_name = output.file_name().ok_or_else(|| RenderError::NoFileName { path: output.to_owned() })?;
     let dir = match output.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
         _ => PathBuf::from("."),
@@ -99,14 +93,10 @@ pub fn write_private_json(config: &BridgeConfig, output: &Path) -> Result<(), Re
     }
     match std::fs::symlink_metadata(output) {
         Ok(meta) if meta.file_type().is_symlink() => {
-            return Err(RenderError::Symlink {
-                path: output.to_owned(),
-            });
+            return Err(RenderError::Symlink { path: output.to_owned() });
         }
         Ok(meta) if !meta.is_file() => {
-            return Err(RenderError::NotAFile {
-                path: output.to_owned(),
-            });
+            return Err(RenderError::NotAFile { path: output.to_owned() });
         }
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -114,26 +104,21 @@ pub fn write_private_json(config: &BridgeConfig, output: &Path) -> Result<(), Re
     }
 
     let (temp_path, mut file) = create_temp(&dir, &file_name.to_string_lossy())?;
-    let written = write_and_sync(&mut file, &temp_path, json.as_bytes()).and_then(|()| {
-        std::fs::rename(&temp_path, output).map_err(io_error("rename onto", output))
-    });
+    let written = write_and_sync(&mut file, &temp_path, json.as_bytes())
+        .and_then(|()| std::fs::rename(&temp_path, output).map_err(io_error("rename onto", output)));
     drop(file);
     if let Err(e) = written {
         // The temporary file is ours; removing it is best effort.
         let _ = std::fs::remove_file(&temp_path);
         return Err(e);
     }
-    File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error("flush the directory", &dir))
+    File::open(&dir).and_then(|d| d.sync_all()).map_err(io_error("flush the directory", &dir))
 }
 
 /// Creates a new private file beside the output, never following a symlink.
 fn create_temp(dir: &Path, file_name: &str) -> Result<(PathBuf, File), RenderError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let mut last_error = None;
     for _ in 0..TEMP_ATTEMPTS {
         let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -146,27 +131,17 @@ fn create_temp(dir: &Path, file_name: &str) -> Result<(PathBuf, File), RenderErr
         }
     }
     let source = last_error.unwrap_or_else(|| std::io::Error::from(ErrorKind::AlreadyExists));
-    Err(RenderError::Io {
-        action: "create a temporary file in",
-        path: dir.to_owned(),
-        source,
-    })
+    Err(RenderError::Io { action: "create a temporary file in", path: dir.to_owned(), source })
 }
 
 /// Creates `path` exclusively (`O_EXCL`), mode 0600, refusing to follow a symlink (`O_NOFOLLOW`).
 fn open_new_private(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(PRIVATE_MODE)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
+    OpenOptions::new().write(true).create_new(true).mode(PRIVATE_MODE).custom_flags(nix::libc::O_NOFOLLOW).open(path)
 }
 
 /// Forces the mode to 0600 whatever the umask, writes the bytes and flushes them to disk.
 fn write_and_sync(file: &mut File, path: &Path, bytes: &[u8]) -> Result<(), RenderError> {
-    file.set_permissions(Permissions::from_mode(PRIVATE_MODE))
-        .map_err(io_error("set the mode of", path))?;
+    file.set_permissions(Permissions::from_mode(PRIVATE_MODE)).map_err(io_error("set the mode of", path))?;
     file.write_all(bytes).map_err(io_error("write", path))?;
     file.sync_all().map_err(io_error("flush", path))
 }
@@ -189,10 +164,7 @@ mod tests {
             enable_fake_runtime: true,
             limits: Limits::default(),
             mcp_auth: McpAuth::default(),
-            codex: RuntimeBinary {
-                bin: None,
-                home: Some(PathBuf::from("/home/op/.codex")),
-            },
+            codex: RuntimeBinary { bin: None, home: Some(PathBuf::from("/home/op/.codex")) },
             claude: RuntimeBinary::default(),
             workdirs: vec![Workdir {
                 slot: 1,
@@ -207,9 +179,7 @@ mod tests {
     }
 
     fn mode_of(path: &Path) -> u32 {
-        std::fs::metadata(path)
-            .map(|m| m.permissions().mode() & 0o777)
-            .unwrap_or(0)
+        std::fs::metadata(path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0)
     }
 
     fn entries(dir: &Path) -> Vec<String> {
@@ -238,16 +208,9 @@ mod tests {
         result?;
 
         assert_eq!(mode_of(&output), 0o600);
-        assert_eq!(
-            entries(dir.path()),
-            vec!["config.json".to_owned()],
-            "no temporary file is left"
-        );
+        assert_eq!(entries(dir.path()), vec!["config.json".to_owned()], "no temporary file is left");
         let text = std::fs::read_to_string(&output)?;
-        assert!(
-            text.starts_with("{\n  \"socket_path\""),
-            "pretty JSON in field order: {text}"
-        );
+        assert!(text.starts_with("{\n  \"socket_path\""), "pretty JSON in field order: {text}");
         assert_eq!(crate::config::load_json(&output)?, config);
 
         // Rendering the same config again yields the same bytes.
@@ -265,24 +228,15 @@ mod tests {
         symlink(&target, &link)?;
 
         let error = write_private_json(&sample(dir.path()), &link).err();
-        assert!(
-            matches!(error, Some(RenderError::Symlink { .. })),
-            "{error:?}"
-        );
+        assert!(matches!(error, Some(RenderError::Symlink { .. })), "{error:?}");
         assert_eq!(std::fs::read_to_string(&target)?, "precious");
         assert!(std::fs::symlink_metadata(&link)?.file_type().is_symlink());
-        assert_eq!(
-            entries(dir.path()),
-            vec!["config.json".to_owned(), "target.json".to_owned()]
-        );
+        assert_eq!(entries(dir.path()), vec!["config.json".to_owned(), "target.json".to_owned()]);
 
         let dangling = dir.path().join("dangling.json");
         symlink(dir.path().join("nowhere.json"), &dangling)?;
         let error = write_private_json(&sample(dir.path()), &dangling).err();
-        assert!(
-            matches!(error, Some(RenderError::Symlink { .. })),
-            "{error:?}"
-        );
+        assert!(matches!(error, Some(RenderError::Symlink { .. })), "{error:?}");
         assert!(!dir.path().join("nowhere.json").exists());
         Ok(())
     }
@@ -292,24 +246,17 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let output = dir.path().join("missing").join("config.json");
         let error = write_private_json(&sample(dir.path()), &output).err();
-        assert!(
-            matches!(error, Some(RenderError::MissingParent { .. })),
-            "{error:?}"
-        );
+        assert!(matches!(error, Some(RenderError::MissingParent { .. })), "{error:?}");
         let message = error.map(|e| e.to_string()).unwrap_or_default();
         assert!(message.contains("does not exist"), "{message}");
 
         let error = write_private_json(&sample(dir.path()), dir.path()).err();
-        assert!(
-            matches!(error, Some(RenderError::NotAFile { .. })),
-            "{error:?}"
-        );
+        assert!(matches!(error, Some(RenderError::NotAFile { .. })), "{error:?}");
         Ok(())
     }
 
     #[test]
-    fn the_temporary_file_is_never_opened_through_a_symlink()
-    -> Result<(), Box<dyn std::error::Error>> {
+    fn the_temporary_file_is_never_opened_through_a_symlink() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let target = dir.path().join("target");
         std::fs::write(&target, "precious")?;

@@ -76,29 +76,13 @@ impl fmt::Display for EnvReport {
         let gid = id_text(c.allowed_peer_gid, self.own_gid);
         writeln!(f, "  allowed peer:        uid {uid}, gid {gid}")?;
         writeln!(f, "  may run as root:     {}", yes_no(c.allow_root))?;
-        writeln!(
-            f,
-            "  fake runtime:        {}",
-            if c.enable_fake_runtime {
-                "offered"
-            } else {
-                "off"
-            }
-        )?;
+        writeln!(f, "  fake runtime:        {}", if c.enable_fake_runtime { "offered" } else { "off" })?;
         writeln!(f, "limits")?;
         writeln!(f, "  task timeout:        {} s", l.task_timeout_seconds)?;
-        writeln!(
-            f,
-            "  interaction timeout: {} s",
-            l.interaction_timeout_seconds
-        )?;
+        writeln!(f, "  interaction timeout: {} s", l.interaction_timeout_seconds)?;
         writeln!(f, "  max active tasks:    {}", l.max_active_tasks)?;
         writeln!(f, "  retention:           {} h", l.retention_hours)?;
-        writeln!(
-            f,
-            "  spool results over:  {} bytes",
-            l.result_spool_threshold_bytes
-        )?;
+        writeln!(f, "  spool results over:  {} bytes", l.result_spool_threshold_bytes)?;
         match l.event_idle_timeout_seconds {
             Some(seconds) => writeln!(f, "  event-idle timeout:  {seconds} s")?,
             None => writeln!(f, "  event-idle timeout:  off")?,
@@ -106,11 +90,7 @@ impl fmt::Display for EnvReport {
         writeln!(f, "mcp-front")?;
         writeln!(f, "  listen:              {}", o.mcp_listen)?;
         writeln!(f, "  allowed hosts:       {}", list_text(&o.allowed_hosts))?;
-        writeln!(
-            f,
-            "  allowed origins:     {}",
-            list_text(&o.allowed_origins)
-        )?;
+        writeln!(f, "  allowed origins:     {}", list_text(&o.allowed_origins))?;
         match &o.bridge_socket {
             Some(path) => writeln!(f, "  bridge socket:       {}", path.display())?,
             None => writeln!(f, "  bridge socket:       (not set)")?,
@@ -145,11 +125,7 @@ impl fmt::Display for EnvReport {
                 w.path.display(),
                 if w.read_only { "read-only" } else { "writable" },
                 w.agent_mode.as_str(),
-                if runtimes.is_empty() {
-                    "none".to_owned()
-                } else {
-                    runtimes.join(", ")
-                },
+                if runtimes.is_empty() { "none".to_owned() } else { runtimes.join(", ") },
             )?;
             if !w.description.is_empty() {
                 writeln!(f, "     {}", w.description)?;
@@ -208,11 +184,7 @@ fn split_slot(key: &str) -> Option<(u8, &str)> {
 fn write_wrapped(f: &mut fmt::Formatter<'_>, names: &[String]) -> fmt::Result {
     let mut line = String::new();
     for (index, name) in names.iter().enumerate() {
-        let piece = if index + 1 < names.len() {
-            format!("{name},")
-        } else {
-            name.clone()
-        };
+        let piece = if index + 1 < names.len() { format!("{name},") } else { name.clone() };
         if !line.is_empty() && line.len() + 1 + piece.len() > 94 {
             writeln!(f, "  {line}")?;
             line.clear();
@@ -222,11 +194,7 @@ fn write_wrapped(f: &mut fmt::Formatter<'_>, names: &[String]) -> fmt::Result {
         }
         line.push_str(&piece);
     }
-    if line.is_empty() {
-        Ok(())
-    } else {
-        writeln!(f, "  {line}")
-    }
+    if line.is_empty() { Ok(()) } else { writeln!(f, "  {line}") }
 }
 
 /// Shows sorted slot numbers as ranges: `01-03, 07`.
@@ -240,26 +208,14 @@ fn slot_ranges(slots: &[u8]) -> String {
     }
     let parts: Vec<String> = ranges
         .iter()
-        .map(|&(start, end)| {
-            if start == end {
-                format!("{start:02}")
-            } else {
-                format!("{start:02}-{end:02}")
-            }
-        })
+        .map(|&(start, end)| if start == end { format!("{start:02}") } else { format!("{start:02}-{end:02}") })
         .collect();
     parts.join(", ")
 }
 
 fn write_runtime(f: &mut fmt::Formatter<'_>, name: &str, runtime: &RuntimeBinary) -> fmt::Result {
-    let bin = runtime
-        .bin
-        .as_ref()
-        .map_or("found on PATH".to_owned(), |p| p.display().to_string());
-    let home = runtime
-        .home
-        .as_ref()
-        .map_or("its default".to_owned(), |p| p.display().to_string());
+    let bin = runtime.bin.as_ref().map_or("found on PATH".to_owned(), |p| p.display().to_string());
+    let home = runtime.home.as_ref().map_or("its default".to_owned(), |p| p.display().to_string());
     writeln!(f, "  {name:<7} bin {bin}; home {home}")
 }
 
@@ -275,11 +231,7 @@ fn yes_no(value: bool) -> &'static str {
 }
 
 fn list_text(items: &[String]) -> String {
-    if items.is_empty() {
-        "(none)".to_owned()
-    } else {
-        items.join(", ")
-    }
+    if items.is_empty() { "(none)".to_owned() } else { items.join(", ") }
 }
 
 #[cfg(test)]

@@ -30,11 +30,7 @@ pub(super) struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// A reader over the given `(key, value)` pairs.
     pub(super) fn new(values: HashMap<&'a str, &'a str>, context: &'a Context) -> Reader<'a> {
-        Reader {
-            values,
-            context,
-            refusals: Refusals::default(),
-        }
+        Reader { values, context, refusals: Refusals::default() }
     }
 
     /// The raw value of `key`, empty when absent.
@@ -48,9 +44,7 @@ impl<'a> Reader<'a> {
         if !raw.is_empty() {
             return Some(raw);
         }
-        keys::lookup(key)
-            .and_then(|known| known.spec.default)
-            .filter(|d| !d.is_empty())
+        keys::lookup(key).and_then(|known| known.spec.default).filter(|d| !d.is_empty())
     }
 
     /// Records a refusal naming `key`.
@@ -68,8 +62,8 @@ impl<'a> Reader<'a> {
     /// A boolean: true/false, 1/0, yes/no, on/off, in any case.
     pub(super) fn boolean(&mut self, key: &str) -> Option<bool> {
         let text = self.effective(key).unwrap_or("false");
-        let parsed = parse_bool(text)
-            .ok_or_else(|| format!("{} is not a boolean (use true or false)", shown(key, text)));
+        let parsed =
+            parse_bool(text).ok_or_else(|| format!("{} is not a boolean (use true or false)", shown(key, text)));
         self.check(key, parsed)
     }
 
@@ -83,10 +77,7 @@ impl<'a> Reader<'a> {
                 .map(Some)
                 .map_err(|_| format!("{} is too large for a user or group id", shown(key, text)))
         } else {
-            Err(format!(
-                "{} is not a numeric id (leave it empty for the bridge's own)",
-                shown(key, text)
-            ))
+            Err(format!("{} is not a numeric id (leave it empty for the bridge's own)", shown(key, text)))
         };
         self.check(key, parsed)
     }
@@ -128,26 +119,18 @@ impl<'a> Reader<'a> {
 
 /// Shows a value in a message, or hides it when the key looks secret.
 pub(super) fn shown(key: &str, value: &str) -> String {
-    if keys::is_secret(key) {
-        "the value".to_owned()
-    } else {
-        format!("{value:?}")
-    }
+    if keys::is_secret(key) { "the value".to_owned() } else { format!("{value:?}") }
 }
 
 /// Parses a strict positive integer (digits only, at least 1, at most `max`).
 pub(super) fn parse_positive(text: &str, max: u64) -> Result<u64, String> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "{text:?} is not a positive whole number (digits only)"
-        ));
+        return Err(format!("{text:?} is not a positive whole number (digits only)"));
     }
     match text.parse::<u64>() {
         Ok(0) => Err("0 is not allowed: the value must be at least 1".to_owned()),
         Ok(value) if value <= max => Ok(value),
-        _ => Err(format!(
-            "{text:?} is too large: the value must be at most {max}"
-        )),
+        _ => Err(format!("{text:?} is too large: the value must be at most {max}")),
     }
 }
 
@@ -171,20 +154,12 @@ pub(super) fn expand_path(text: &str, home: &Path) -> Result<PathBuf, &'static s
     } else {
         PathBuf::from(text)
     };
-    if path.is_absolute() {
-        Ok(path)
-    } else {
-        Err("is not an absolute path (or one starting with ~/)")
-    }
+    if path.is_absolute() { Ok(path) } else { Err("is not an absolute path (or one starting with ~/)") }
 }
 
 /// Splits a comma-separated list, trimming items and dropping empty ones.
 pub(super) fn split_list(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|item| !item.is_empty())
-        .map(str::to_owned)
-        .collect()
+    text.split(',').map(str::trim).filter(|item| !item.is_empty()).map(str::to_owned).collect()
 }
 
 #[cfg(test)]
@@ -218,10 +193,7 @@ mod tests {
     #[test]
     fn paths_expand_home_or_must_be_absolute() {
         let home = Path::new("/home/op");
-        assert_eq!(
-            expand_path("~/x/y", home),
-            Ok(PathBuf::from("/home/op/x/y"))
-        );
+        assert_eq!(expand_path("~/x/y", home), Ok(PathBuf::from("/home/op/x/y")));
         assert_eq!(expand_path("~", home), Ok(PathBuf::from("/home/op")));
         assert_eq!(expand_path("/abs", home), Ok(PathBuf::from("/abs")));
         assert!(expand_path("rel/dir", home).is_err());

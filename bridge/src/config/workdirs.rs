@@ -29,20 +29,14 @@ impl GlobalPolicy {
         let mode = read_mode(reader, key, text);
         let key = "SERVERFS_AGENT_RUNTIMES";
         let runtimes = read_runtimes(reader, key, fake_enabled);
-        GlobalPolicy {
-            mode,
-            runtimes,
-            fake_enabled,
-        }
+        GlobalPolicy { mode, runtimes, fake_enabled }
     }
 }
 
 /// Reads every slot in use, in slot order; refused slots are left out.
 pub(super) fn read_workdirs(reader: &mut Reader<'_>, policy: &GlobalPolicy) -> Vec<Workdir> {
     let mut aliases: Vec<(String, u8)> = Vec::new();
-    (1..=SLOT_COUNT)
-        .filter_map(|slot| read_slot(reader, policy, slot, &mut aliases))
-        .collect()
+    (1..=SLOT_COUNT).filter_map(|slot| read_slot(reader, policy, slot, &mut aliases)).collect()
 }
 
 /// The names of one slot's keys.
@@ -103,19 +97,11 @@ fn read_slot(
 }
 
 /// Checks a slot's alias: present, well formed, not used by an earlier slot.
-fn check_alias(
-    reader: &mut Reader<'_>,
-    keys: &SlotKeys,
-    slot: u8,
-    aliases: &mut Vec<(String, u8)>,
-) -> bool {
+fn check_alias(reader: &mut Reader<'_>, keys: &SlotKeys, slot: u8, aliases: &mut Vec<(String, u8)>) -> bool {
     let alias = reader.raw(&keys.alias);
     let lower = alias.to_ascii_lowercase();
     let problem = if alias.is_empty() {
-        format!(
-            "{} is set but the alias is empty: set both or neither",
-            keys.path
-        )
+        format!("{} is set but the alias is empty: set both or neither", keys.path)
     } else if !is_valid_alias(alias) {
         format!("{alias:?} is not a valid alias ({ALIAS_RULE})")
     } else if let Some((_, first)) = aliases.iter().find(|(a, _)| *a == lower) {
@@ -176,15 +162,8 @@ fn effective_policy(
         consistent = false;
     }
     if mode == AgentMode::WorkspaceWrite && read_only {
-        let culprit = if explicit_mode {
-            &keys.mode
-        } else {
-            &keys.read_only
-        };
-        let message = format!(
-            "a writable mode on a read-only workdir: workspace-write needs {}=false",
-            keys.read_only
-        );
+        let culprit = if explicit_mode { &keys.mode } else { &keys.read_only };
+        let message = format!("a writable mode on a read-only workdir: workspace-write needs {}=false", keys.read_only);
         reader.refuse(culprit, message);
         consistent = false;
     }
@@ -197,10 +176,7 @@ fn check_unused_slot(reader: &mut Reader<'_>, slot: u8, read_only: Option<bool>)
     for suffix in ["AGENT_MODE", "AGENT_RUNTIMES"] {
         let key = slot_key(slot, suffix);
         if !reader.raw(&key).is_empty() {
-            reader.refuse(
-                &key,
-                format!("{unused}: set the slot's ALIAS and PATH, or clear it"),
-            );
+            reader.refuse(&key, format!("{unused}: set the slot's ALIAS and PATH, or clear it"));
         }
     }
     if read_only == Some(false) {
@@ -210,16 +186,9 @@ fn check_unused_slot(reader: &mut Reader<'_>, slot: u8, read_only: Option<bool>)
 }
 
 /// Reads a workdir path: absolute or `~/`, existing, a directory; returns it canonicalized.
-fn read_dir_path(
-    reader: &mut Reader<'_>,
-    path_key: &str,
-    alias_key: &str,
-) -> Option<std::path::PathBuf> {
+fn read_dir_path(reader: &mut Reader<'_>, path_key: &str, alias_key: &str) -> Option<std::path::PathBuf> {
     if reader.raw(path_key).is_empty() {
-        reader.refuse(
-            path_key,
-            format!("{alias_key} is set but the path is empty: set both or neither"),
-        );
+        reader.refuse(path_key, format!("{alias_key} is set but the path is empty: set both or neither"));
         return None;
     }
     let path = reader.path(path_key).flatten()?;
@@ -238,11 +207,7 @@ fn canonical_dir(path: &Path) -> Result<std::path::PathBuf, String> {
         ErrorKind::NotFound => "does not exist (a workdir is never created for you)".to_owned(),
         _ => format!("cannot be resolved: {e}"),
     })?;
-    if canonical.is_dir() {
-        Ok(canonical)
-    } else {
-        Err("is not a directory".to_owned())
-    }
+    if canonical.is_dir() { Ok(canonical) } else { Err("is not a directory".to_owned()) }
 }
 
 /// How an alias must look, for messages.
@@ -265,21 +230,14 @@ fn read_mode(reader: &mut Reader<'_>, key: &str, text: &str) -> Option<AgentMode
         _ => None,
     };
     if mode.is_none() {
-        let message = format!(
-            "{} is not an agent mode (use disabled, review or workspace-write)",
-            shown(key, text)
-        );
+        let message = format!("{} is not an agent mode (use disabled, review or workspace-write)", shown(key, text));
         reader.refuse(key, message);
     }
     mode
 }
 
 /// Parses the runtime list of `key`, refusing unknown, unsupported, repeated and disallowed ones.
-fn read_runtimes(
-    reader: &mut Reader<'_>,
-    key: &str,
-    fake_enabled: Option<bool>,
-) -> Option<Vec<RuntimeName>> {
+fn read_runtimes(reader: &mut Reader<'_>, key: &str, fake_enabled: Option<bool>) -> Option<Vec<RuntimeName>> {
     let mut runtimes = Vec::new();
     let mut problems = Vec::new();
     for item in reader.list(key) {
@@ -289,12 +247,8 @@ fn read_runtimes(
                 problems.push(format!("{} is listed twice", name.as_str()));
             }
             Some(name) => runtimes.push(name),
-            None if lower == "qoder" => {
-                problems.push("qoder is not supported by agent-bridge".to_owned())
-            }
-            None => problems.push(format!(
-                "unknown runtime {item:?} (use codex, claude or fake)"
-            )),
+            None if lower == "qoder" => problems.push("qoder is not supported by agent-bridge".to_owned()),
+            None => problems.push(format!("unknown runtime {item:?} (use codex, claude or fake)")),
         }
     }
     if runtimes.contains(&RuntimeName::Fake) && fake_enabled == Some(false) {
@@ -315,46 +269,23 @@ pub(super) fn check_workdir_rules(config: &BridgeConfig, refusals: &mut Refusals
     for (index, workdir) in config.workdirs.iter().enumerate() {
         let field = |name: &str| format!("workdirs[{index}].{name}");
         if !(1..=99).contains(&workdir.slot) || slots.contains(&workdir.slot) {
-            refusals.push(
-                Some(&field("slot")),
-                format!(
-                    "{} is not a free slot number between 1 and 99",
-                    workdir.slot
-                ),
-            );
+            refusals.push(Some(&field("slot")), format!("{} is not a free slot number between 1 and 99", workdir.slot));
         }
         slots.push(workdir.slot);
         if !is_valid_alias(&workdir.alias) {
-            refusals.push(
-                Some(&field("alias")),
-                format!("{:?} is not a valid alias ({ALIAS_RULE})", workdir.alias),
-            );
+            refusals.push(Some(&field("alias")), format!("{:?} is not a valid alias ({ALIAS_RULE})", workdir.alias));
         } else if aliases.contains(&workdir.alias.to_ascii_lowercase()) {
-            refusals.push(
-                Some(&field("alias")),
-                format!(
-                    "alias {:?} is used twice (case-insensitively)",
-                    workdir.alias
-                ),
-            );
+            refusals
+                .push(Some(&field("alias")), format!("alias {:?} is used twice (case-insensitively)", workdir.alias));
         }
         aliases.push(workdir.alias.to_ascii_lowercase());
         if !workdir.path.is_absolute() {
-            refusals.push(
-                Some(&field("path")),
-                format!("{} is not an absolute path", workdir.path.display()),
-            );
+            refusals.push(Some(&field("path")), format!("{} is not an absolute path", workdir.path.display()));
         } else if let Err(problem) = canonical_dir(&workdir.path) {
-            refusals.push(
-                Some(&field("path")),
-                format!("{} {problem}", workdir.path.display()),
-            );
+            refusals.push(Some(&field("path")), format!("{} {problem}", workdir.path.display()));
         }
         if workdir.description.chars().any(char::is_control) {
-            refusals.push(
-                Some(&field("description")),
-                "contains a line break or control character",
-            );
+            refusals.push(Some(&field("description")), "contains a line break or control character");
         }
         check_policy(config, workdir, &field("runtimes"), refusals);
     }
@@ -363,11 +294,7 @@ pub(super) fn check_workdir_rules(config: &BridgeConfig, refusals: &mut Refusals
 /// Checks one workdir's mode, read-only flag and runtimes against each other.
 fn check_policy(config: &BridgeConfig, workdir: &Workdir, field: &str, refusals: &mut Refusals) {
     let runtimes = &workdir.runtimes;
-    if runtimes
-        .iter()
-        .enumerate()
-        .any(|(i, r)| runtimes[..i].contains(r))
-    {
+    if runtimes.iter().enumerate().any(|(i, r)| runtimes[..i].contains(r)) {
         refusals.push(Some(field), "lists a runtime twice");
     }
     match workdir.agent_mode {
@@ -375,18 +302,12 @@ fn check_policy(config: &BridgeConfig, workdir: &Workdir, field: &str, refusals:
             refusals.push(Some(field), "must be empty when the agent mode is disabled");
         }
         AgentMode::Review | AgentMode::WorkspaceWrite if runtimes.is_empty() => {
-            refusals.push(
-                Some(field),
-                "an enabled agent mode needs at least one runtime",
-            );
+            refusals.push(Some(field), "an enabled agent mode needs at least one runtime");
         }
         _ => {}
     }
     if workdir.agent_mode == AgentMode::WorkspaceWrite && workdir.read_only {
-        refusals.push(
-            Some(field),
-            "a writable mode on a read-only workdir: workspace-write needs read_only false",
-        );
+        refusals.push(Some(field), "a writable mode on a read-only workdir: workspace-write needs read_only false");
     }
     if runtimes.contains(&RuntimeName::Fake) && !config.enable_fake_runtime {
         refusals.push(Some(field), "fake needs enable_fake_runtime");

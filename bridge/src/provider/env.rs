@@ -9,13 +9,25 @@ use std::ffi::{OsStr, OsString};
 
 /// Variables every child may receive, by exact name.
 const BASE: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
-    "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
 ];
 
 /// Prefixes that are never passed on, whatever the runtime.
-const SCRUBBED_PREFIXES: &[&str] =
-    &["SERVERFS_", "CONTROL_PLANE_", "TUNNEL_CLIENT_", "MCP_", "AGENT_BRIDGE_"];
+const SCRUBBED_PREFIXES: &[&str] = &["SERVERFS_", "CONTROL_PLANE_", "TUNNEL_CLIENT_", "MCP_", "AGENT_BRIDGE_"];
 
 /// The bridge's environment as captured at startup.
 #[derive(Debug, Clone, Default)]

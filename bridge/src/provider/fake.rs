@@ -199,13 +199,7 @@ impl FakeRuntime {
                 }
             }
         });
-        Ok(Session {
-            events,
-            commands,
-            process: spawned.process,
-            io_tasks: vec![reader, writer, drain],
-            stderr_tail,
-        })
+        Ok(Session { events, commands, process: spawned.process, io_tasks: vec![reader, writer, drain], stderr_tail })
     }
 }
 
@@ -232,10 +226,9 @@ async fn read_child<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, events: m
             Ok(FromChild::Question { id, payload }) => ProviderEvent::Question { native_id: id, payload },
             Ok(FromChild::Withdrawn { id }) => ProviderEvent::Withdrawn { native_id: id },
             Ok(FromChild::Result { text }) => ProviderEvent::Finished(TurnOutcome::Completed(text)),
-            Ok(FromChild::Failed { message }) => ProviderEvent::Finished(TurnOutcome::Failed {
-                code: "AGENT_PROVIDER_ERROR",
-                message,
-            }),
+            Ok(FromChild::Failed { message }) => {
+                ProviderEvent::Finished(TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message })
+            }
             Ok(FromChild::Interrupted) => ProviderEvent::Finished(TurnOutcome::Interrupted),
             Err(e) => ProviderEvent::Event {
                 event_type: "provider.warning".into(),

@@ -26,9 +26,10 @@ pub fn run() -> i32 {
             let Ok(line) = line else { break };
             // An unreadable command line is ignored, like a CLI ignoring junk on its input.
             if let Ok(msg) = serde_json::from_str::<ToChild>(&line)
-                && tx.send(Some(msg)).is_err() {
-                    return;
-                }
+                && tx.send(Some(msg)).is_err()
+            {
+                return;
+            }
         }
         let _ = tx.send(None);
     });
@@ -77,7 +78,8 @@ fn finish(text: String) -> i32 {
 impl Agent {
     fn session(&mut self, resume: Option<String>) -> Result<(), String> {
         let home = std::env::var_os(HOME_VAR).map(PathBuf::from);
-        let id = resume.clone().unwrap_or_else(|| format!("fake-{}", crate::ids::hex(&crate::ids::random_bytes::<8>())));
+        let id =
+            resume.clone().unwrap_or_else(|| format!("fake-{}", crate::ids::hex(&crate::ids::random_bytes::<8>())));
         let Some(home) = home else {
             emit(&FromChild::Session { id });
             return Ok(());

@@ -218,9 +218,9 @@ impl Providers {
     /// Builds the runtimes from the config. `self_exe` is the bridge executable, which also
     /// carries the fake runtime's child program.
     pub fn new(config: &BridgeConfig, self_exe: PathBuf, base_env: env::BaseEnv) -> Providers {
-        let fake = config.enable_fake_runtime.then(|| {
-            fake::FakeRuntime::new(self_exe, config.state_dir.join("runtimes").join("fake"), base_env)
-        });
+        let fake = config
+            .enable_fake_runtime
+            .then(|| fake::FakeRuntime::new(self_exe, config.state_dir.join("runtimes").join("fake"), base_env));
         Providers { fake, codex_bin: config.codex.bin.clone(), claude_bin: config.claude.bin.clone() }
     }
 

@@ -102,9 +102,10 @@ pub fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         .process_group(0)
         .kill_on_drop(true);
     let mut child = cmd.spawn()?;
-    let pid = child.id().and_then(|p| i32::try_from(p).ok()).ok_or_else(|| {
-        std::io::Error::other("the child exited before its pid could be read")
-    })?;
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .ok_or_else(|| std::io::Error::other("the child exited before its pid could be read"))?;
     let take = |what: &str| std::io::Error::other(format!("the child's {what} pipe is missing"));
     let stdin = child.stdin.take().ok_or_else(|| take("stdin"))?;
     let stdout = child.stdout.take().ok_or_else(|| take("stdout"))?;
@@ -134,10 +135,7 @@ impl Supervised {
         }
         if status.is_none() {
             let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
-            status = tokio::time::timeout(Duration::from_secs(1), self.child.wait())
-                .await
-                .ok()
-                .and_then(Result::ok);
+            status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await.ok().and_then(Result::ok);
         }
         // The group may hold more than the leader; end it whatever the leader did.
         let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);

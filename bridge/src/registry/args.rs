@@ -14,9 +14,8 @@ use crate::error::ToolError;
 
 /// The input schema of `T`: JSON Schema 2020-12 with every sub-schema inlined.
 pub fn schema_for<T: JsonSchema>() -> Value {
-    let generator = schemars::generate::SchemaSettings::draft2020_12()
-        .with(|s| s.inline_subschemas = true)
-        .into_generator();
+    let generator =
+        schemars::generate::SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true).into_generator();
     let mut schema = generator.into_root_schema_for::<T>().to_value();
     if let Some(map) = schema.as_object_mut() {
         map.remove("$schema");
@@ -56,7 +55,9 @@ fn check(schema: &Value, value: &mut Value, path: &str) -> Result<(), ToolError>
                         *value = candidate;
                         return Ok(());
                     }
-                    Err(e) if first_err.is_none() && !(alt.get("type") == Some(&Value::from("null"))) => first_err = Some(e),
+                    Err(e) if first_err.is_none() && !(alt.get("type") == Some(&Value::from("null"))) => {
+                        first_err = Some(e)
+                    }
                     Err(_) => {}
                 }
             }
@@ -70,37 +71,44 @@ fn check(schema: &Value, value: &mut Value, path: &str) -> Result<(), ToolError>
         return Err(ToolError::invalid(param, format!("must be {}", with_article(&expected))));
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
-        && !allowed.contains(value) {
-            let list = allowed.iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect::<Vec<_>>();
-            return Err(ToolError::invalid(param, format!("must be one of: {}", list.join(", "))));
-        }
+        && !allowed.contains(value)
+    {
+        let list =
+            allowed.iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect::<Vec<_>>();
+        return Err(ToolError::invalid(param, format!("must be one of: {}", list.join(", "))));
+    }
     if let Some(c) = schema.get("const")
-        && c != value {
-            return Err(ToolError::invalid(param, format!("must be {c}")));
-        }
+        && c != value
+    {
+        return Err(ToolError::invalid(param, format!("must be {c}")));
+    }
     match value {
         Value::Number(n) => check_number(schema, n, param),
         Value::String(s) => {
             let chars = s.chars().count() as u64;
             if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-                && chars < min {
-                    return Err(ToolError::invalid(param, format!("must be at least {min} characters long")));
-                }
+                && chars < min
+            {
+                return Err(ToolError::invalid(param, format!("must be at least {min} characters long")));
+            }
             if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-                && chars > max {
-                    return Err(ToolError::invalid(param, format!("must be at most {max} characters long")));
-                }
+                && chars > max
+            {
+                return Err(ToolError::invalid(param, format!("must be at most {max} characters long")));
+            }
             Ok(())
         }
         Value::Array(items) => {
             if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                && (items.len() as u64) < min {
-                    return Err(ToolError::invalid(param, format!("must hold at least {min} item(s)")));
-                }
+                && (items.len() as u64) < min
+            {
+                return Err(ToolError::invalid(param, format!("must hold at least {min} item(s)")));
+            }
             if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-                && items.len() as u64 > max {
-                    return Err(ToolError::invalid(param, format!("must hold at most {max} items")));
-                }
+                && items.len() as u64 > max
+            {
+                return Err(ToolError::invalid(param, format!("must hold at most {max} items")));
+            }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
                     check(item_schema, item, &format!("{param}[{i}]"))?;
@@ -129,7 +137,11 @@ fn matches_type(t: &str, v: &Value) -> bool {
         "array" => v.is_array(),
         "object" => v.is_object(),
         "number" => v.is_number(),
-        "integer" => v.as_i64().is_some() || v.as_u64().is_some() || v.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() < 9e15),
+        "integer" => {
+            v.as_i64().is_some()
+                || v.as_u64().is_some()
+                || v.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() < 9e15)
+        }
         _ => false,
     }
 }
@@ -150,9 +162,10 @@ fn coerce_numeric_string(types: &[&str], value: &mut Value) {
             *value = Value::from(n as i64);
         }
     } else if types.contains(&"number")
-        && let Some(n) = t.parse::<f64>().ok().filter(|f| f.is_finite()).and_then(Number::from_f64) {
-            *value = Value::Number(n);
-        }
+        && let Some(n) = t.parse::<f64>().ok().filter(|f| f.is_finite()).and_then(Number::from_f64)
+    {
+        *value = Value::Number(n);
+    }
 }
 
 fn check_number(schema: &Value, n: &mut Number, param: &str) -> Result<(), ToolError> {
@@ -186,8 +199,11 @@ fn check_number(schema: &Value, n: &mut Number, param: &str) -> Result<(), ToolE
 fn check_object(schema: &Value, map: &mut Map<String, Value>, path: &str) -> Result<(), ToolError> {
     let empty = Map::new();
     let props = schema.get("properties").and_then(Value::as_object).unwrap_or(&empty);
-    let required: Vec<&str> =
-        schema.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
         let mut unknown: Vec<&String> = map.keys().filter(|k| !props.contains_key(*k)).collect();
         unknown.sort();
@@ -266,7 +282,8 @@ mod tests {
 
     #[test]
     fn accepts_and_normalizes() {
-        let out = run(json!({"name": "a", "limit": "42", "ratio": "4.5", "mode": "fast", "short": "", "items": null})).unwrap();
+        let out = run(json!({"name": "a", "limit": "42", "ratio": "4.5", "mode": "fast", "short": "", "items": null}))
+            .unwrap();
         assert_eq!(out, json!({"name": "a", "limit": 42, "ratio": 4.5, "mode": "fast"}));
         let parsed: Args = serde_json::from_value(out).unwrap();
         assert_eq!(parsed.limit, Some(42));
@@ -289,7 +306,10 @@ mod tests {
         assert!(err(json!({"name": "a", "items": []})).contains("'items' must hold at least 1"));
         assert!(err(json!({"name": "a", "items": [{"id": "x", "nope": 1}]})).contains("'items[0].nope' is unknown"));
         assert!(err(json!({"name": "a", "items": [{"picks": []}]})).contains("'items[0].id' is required"));
-        assert!(err(json!({"name": "a", "items": [{"id": "x", "picks": [3]}]})).contains("'items[0].picks[0]' must be a string"));
+        assert!(
+            err(json!({"name": "a", "items": [{"id": "x", "picks": [3]}]}))
+                .contains("'items[0].picks[0]' must be a string")
+        );
     }
 
     proptest::proptest! {

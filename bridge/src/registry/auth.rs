@@ -49,7 +49,13 @@ impl KeyCache {
             .into_iter()
             .filter(|k: &KeyRow| k.revoked_at.is_none())
             .filter_map(|k| {
-                Some(CachedKey { role: Role::parse(&k.role)?, key_id: k.key_id, name: k.name, workdirs: k.workdirs, hash: k.key_sha256 })
+                Some(CachedKey {
+                    role: Role::parse(&k.role)?,
+                    key_id: k.key_id,
+                    name: k.name,
+                    workdirs: k.workdirs,
+                    hash: k.key_sha256,
+                })
             })
             .collect();
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = active;
@@ -109,7 +115,8 @@ impl Auth {
             _ => {}
         }
         let unauthenticated = |why: &str| ToolError::new(code::UNAUTHENTICATED, why.to_owned());
-        let credential = credential.ok_or_else(|| unauthenticated("a credential is required: send Authorization: Bearer <key>"))?;
+        let credential =
+            credential.ok_or_else(|| unauthenticated("a credential is required: send Authorization: Bearer <key>"))?;
         let secret = match credential.split_once(char::is_whitespace) {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest.trim(),
             _ => return Err(unauthenticated("the credential must be of the form 'Bearer <key>'")),

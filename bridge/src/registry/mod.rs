@@ -111,7 +111,10 @@ impl Capability {
     {
         let handler: Handler = Box::new(move |ctx, value| match serde_json::from_value::<T>(value) {
             Ok(args) => Box::pin(handler(ctx, args)),
-            Err(e) => Box::pin(std::future::ready(Err(ToolError::new(code::INVALID_ARGUMENT, format!("invalid arguments: {e}"))))),
+            Err(e) => Box::pin(std::future::ready(Err(ToolError::new(
+                code::INVALID_ARGUMENT,
+                format!("invalid arguments: {e}"),
+            )))),
         });
         Capability {
             name: meta.name,
@@ -221,7 +224,8 @@ impl Registry {
         peer: Peer,
         row: &mut AuditRow,
     ) -> Result<(Value, Option<String>), (ToolError, Option<String>)> {
-        let principal = self.services.auth.resolve(params.credential.as_deref(), params.surface, peer).map_err(|e| (e, None))?;
+        let principal =
+            self.services.auth.resolve(params.credential.as_deref(), params.surface, peer).map_err(|e| (e, None))?;
         let key_id = principal.key_id.clone();
         row.principal = Some(principal.name.clone());
         row.role = Some(principal.role.as_str().to_owned());

@@ -42,7 +42,8 @@ pub struct Annotations {
 
 impl Annotations {
     /// A read-only, idempotent, closed-world capability.
-    pub const READ: Annotations = Annotations { read_only: true, destructive: false, idempotent: true, open_world: false };
+    pub const READ: Annotations =
+        Annotations { read_only: true, destructive: false, idempotent: true, open_world: false };
 
     /// The MCP `annotations` object.
     pub fn to_json(self) -> Value {

@@ -314,7 +314,13 @@ fn tasks(ctx: &CallCtx) -> &TaskService {
 pub(super) fn all() -> Vec<Capability> {
     vec![
         Capability::new(
-            meta("whoami", Scope::Read, Role::Viewer, "Shows who you are to this bridge: principal, role, surface and how many tools you can use.", Annotations::READ),
+            meta(
+                "whoami",
+                Scope::Read,
+                Role::Viewer,
+                "Shows who you are to this bridge: principal, role, surface and how many tools you can use.",
+                Annotations::READ,
+            ),
             |ctx: CallCtx, _: NoArgs| async move {
                 Ok(json!({
                     "principal": ctx.principal.name,
@@ -326,7 +332,13 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            meta("list_workdirs", Scope::Read, Role::Viewer, "Lists the work directories you may use, with their access, agent mode and allowed runtimes.", Annotations::READ),
+            meta(
+                "list_workdirs",
+                Scope::Read,
+                Role::Viewer,
+                "Lists the work directories you may use, with their access, agent mode and allowed runtimes.",
+                Annotations::READ,
+            ),
             |ctx: CallCtx, _: NoArgs| async move {
                 let workdirs: Vec<Value> = ctx
                     .services
@@ -348,7 +360,13 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            meta("list_agent_runtimes", Scope::Read, Role::Viewer, "Lists the agent runtimes enabled on your workdirs, whether each is available now, its version and what it supports.", Annotations::READ),
+            meta(
+                "list_agent_runtimes",
+                Scope::Read,
+                Role::Viewer,
+                "Lists the agent runtimes enabled on your workdirs, whether each is available now, its version and what it supports.",
+                Annotations::READ,
+            ),
             |ctx: CallCtx, _: NoArgs| async move {
                 let mut enabled: Vec<RuntimeName> = ctx
                     .services
@@ -368,11 +386,23 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            meta("list_agent_models", Scope::Read, Role::Viewer, "Lists the models a runtime offers (discovery only; it never starts the agent).", Annotations::READ),
+            meta(
+                "list_agent_models",
+                Scope::Read,
+                Role::Viewer,
+                "Lists the models a runtime offers (discovery only; it never starts the agent).",
+                Annotations::READ,
+            ),
             |ctx: CallCtx, args: ModelsArgs| async move { Ok(tasks(&ctx).providers().models(args.runtime.into())) },
         ),
         Capability::new(
-            meta("submit_agent_task", Scope::Write, Role::Operator, "Hands one coding objective to an agent runtime in a workdir and returns a task_id at once; poll it with get_agent_task.", WRITE),
+            meta(
+                "submit_agent_task",
+                Scope::Write,
+                Role::Operator,
+                "Hands one coding objective to an agent runtime in a workdir and returns a task_id at once; poll it with get_agent_task.",
+                WRITE,
+            ),
             |ctx: CallCtx, a: SubmitArgs| async move {
                 let req = SubmitRequest {
                     runtime: a.runtime.into(),
@@ -392,46 +422,112 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            meta("get_agent_task", Scope::Read, Role::Viewer, "Shows a task's status, pending approval or question, error and result; wait_seconds (up to 25) waits for a change.", Annotations::READ),
-            |ctx: CallCtx, a: GetTaskArgs| async move { tasks(&ctx).get(&ctx.principal, &a.task_id, u64::from(a.wait_seconds)).await },
+            meta(
+                "get_agent_task",
+                Scope::Read,
+                Role::Viewer,
+                "Shows a task's status, pending approval or question, error and result; wait_seconds (up to 25) waits for a change.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, a: GetTaskArgs| async move {
+                tasks(&ctx).get(&ctx.principal, &a.task_id, u64::from(a.wait_seconds)).await
+            },
         ),
         Capability::new(
-            meta("read_agent_task_events", Scope::Read, Role::Viewer, "Reads a task's events in order, a page at a time, after a cursor.", Annotations::READ),
-            |ctx: CallCtx, a: EventsArgs| async move { tasks(&ctx).events(&ctx.principal, &a.task_id, a.after_event_id, a.limit).await },
+            meta(
+                "read_agent_task_events",
+                Scope::Read,
+                Role::Viewer,
+                "Reads a task's events in order, a page at a time, after a cursor.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, a: EventsArgs| async move {
+                tasks(&ctx).events(&ctx.principal, &a.task_id, a.after_event_id, a.limit).await
+            },
         ),
         Capability::new(
-            meta("read_agent_task_result", Scope::Read, Role::Viewer, "Reads a large (spooled) task result in chunks that never split a character.", Annotations::READ),
+            meta(
+                "read_agent_task_result",
+                Scope::Read,
+                Role::Viewer,
+                "Reads a large (spooled) task result in chunks that never split a character.",
+                Annotations::READ,
+            ),
             |ctx: CallCtx, a: ResultArgs| async move {
                 tasks(&ctx).result_chunk(&ctx.principal, &a.task_id, a.offset_bytes, a.max_bytes as usize).await
             },
         ),
         Capability::new(
-            meta("respond_agent_approval", Scope::Write, Role::Operator, "Answers a task's pending approval request: approve once, approve for the session, deny, or cancel the task.", Annotations { read_only: false, destructive: true, idempotent: true, open_world: true }),
+            meta(
+                "respond_agent_approval",
+                Scope::Write,
+                Role::Operator,
+                "Answers a task's pending approval request: approve once, approve for the session, deny, or cancel the task.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+            ),
             |ctx: CallCtx, a: ApprovalArgs| async move {
-                tasks(&ctx).respond_approval(&ctx.principal, &a.task_id, &a.request_id, a.decision.as_str(), a.granted_permission_ids).await
+                tasks(&ctx)
+                    .respond_approval(
+                        &ctx.principal,
+                        &a.task_id,
+                        &a.request_id,
+                        a.decision.as_str(),
+                        a.granted_permission_ids,
+                    )
+                    .await
             },
         ),
         Capability::new(
-            meta("answer_agent_question", Scope::Write, Role::Operator, "Answers a task's pending question: one answer per question, with option ids and/or free text.", Annotations { read_only: false, destructive: false, idempotent: true, open_world: true }),
+            meta(
+                "answer_agent_question",
+                Scope::Write,
+                Role::Operator,
+                "Answers a task's pending question: one answer per question, with option ids and/or free text.",
+                Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+            ),
             |ctx: CallCtx, a: QuestionArgs| async move {
                 let answers = a
                     .answers
                     .into_iter()
-                    .map(|x| crate::tasks::Answer { question_id: x.question_id, selected_option_ids: x.selected_option_ids, text: x.text })
+                    .map(|x| crate::tasks::Answer {
+                        question_id: x.question_id,
+                        selected_option_ids: x.selected_option_ids,
+                        text: x.text,
+                    })
                     .collect();
                 tasks(&ctx).answer_question(&ctx.principal, &a.task_id, &a.request_id, answers).await
             },
         ),
         Capability::new(
-            meta("send_agent_message", Scope::Write, Role::Operator, "Sends guidance to a running task's agent (only runtimes that support steering).", WRITE),
-            |ctx: CallCtx, a: MessageArgs| async move { tasks(&ctx).send_message(&ctx.principal, &a.task_id, &a.message).await },
+            meta(
+                "send_agent_message",
+                Scope::Write,
+                Role::Operator,
+                "Sends guidance to a running task's agent (only runtimes that support steering).",
+                WRITE,
+            ),
+            |ctx: CallCtx, a: MessageArgs| async move {
+                tasks(&ctx).send_message(&ctx.principal, &a.task_id, &a.message).await
+            },
         ),
         Capability::new(
-            meta("cancel_agent_task", Scope::Write, Role::Operator, "Cancels a task; it is cancelled when this returns, and repeating the call is safe.", Annotations { read_only: false, destructive: true, idempotent: true, open_world: true }),
+            meta(
+                "cancel_agent_task",
+                Scope::Write,
+                Role::Operator,
+                "Cancels a task; it is cancelled when this returns, and repeating the call is safe.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+            ),
             |ctx: CallCtx, a: TaskArgs| async move { tasks(&ctx).cancel(&ctx.principal, &a.task_id).await },
         ),
         Capability::new(
-            meta("admin_list_tasks", Scope::Read, Role::Admin, "Lists every principal's tasks, newest first, with filters and a page cursor.", Annotations::READ),
+            meta(
+                "admin_list_tasks",
+                Scope::Read,
+                Role::Admin,
+                "Lists every principal's tasks, newest first, with filters and a page cursor.",
+                Annotations::READ,
+            ),
             |ctx: CallCtx, a: ListTasksArgs| async move {
                 let status = match &a.status {
                     Some(s) => Some(TaskService::parse_status(status_name(s))?),
@@ -448,7 +544,13 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            meta("admin_read_audit_log", Scope::Read, Role::Admin, "Reads the audit log (one row per call, denials included), newest first, with filters and a page cursor.", Annotations::READ),
+            meta(
+                "admin_read_audit_log",
+                Scope::Read,
+                Role::Admin,
+                "Reads the audit log (one row per call, denials included), newest first, with filters and a page cursor.",
+                Annotations::READ,
+            ),
             |ctx: CallCtx, a: AuditArgs| async move {
                 ctx.services.audit.flush().await;
                 let filter = AuditFilter {
@@ -490,19 +592,28 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            local("admin_create_api_key", Scope::Write, "Creates an API key and shows its secret once.", Annotations { read_only: false, destructive: false, idempotent: false, open_world: false }),
+            local(
+                "admin_create_api_key",
+                Scope::Write,
+                "Creates an API key and shows its secret once.",
+                Annotations { read_only: false, destructive: false, idempotent: false, open_world: false },
+            ),
             |ctx: CallCtx, a: CreateKeyArgs| async move {
                 let name = a.name.trim().to_owned();
                 if !name.chars().all(|c| c.is_ascii_alphanumeric() || "@._-".contains(c)) || name.is_empty() {
                     return Err(ToolError::invalid("name", "may use letters, digits and @ . _ - only"));
                 }
-                if name == crate::model::Principal::local_operator().name || name == ctx.services.config.mcp_auth.tunnel_principal {
+                if name == crate::model::Principal::local_operator().name
+                    || name == ctx.services.config.mcp_auth.tunnel_principal
+                {
                     return Err(ToolError::invalid("name", "is reserved"));
                 }
                 if let Some(list) = &a.workdirs
-                    && let Some(unknown) = list.iter().find(|w| !ctx.services.config.workdirs.iter().any(|c| &c.alias == *w)) {
-                        return Err(ToolError::new(code::WORKDIR_NOT_FOUND, format!("no workdir named {unknown:?}")));
-                    }
+                    && let Some(unknown) =
+                        list.iter().find(|w| !ctx.services.config.workdirs.iter().any(|c| &c.alias == *w))
+                {
+                    return Err(ToolError::new(code::WORKDIR_NOT_FOUND, format!("no workdir named {unknown:?}")));
+                }
                 let role = match a.role {
                     RoleArg::Viewer => Role::Viewer,
                     RoleArg::Operator => Role::Operator,
@@ -527,7 +638,9 @@ pub(super) fn all() -> Vec<Capability> {
                         cache.reload(s)
                     })
                     .await?;
-                Ok(json!({ "key_id": row.key_id, "name": row.name, "role": row.role, "workdirs": row.workdirs, "secret": secret }))
+                Ok(
+                    json!({ "key_id": row.key_id, "name": row.name, "role": row.role, "workdirs": row.workdirs, "secret": secret }),
+                )
             },
         ),
         Capability::new(
@@ -552,7 +665,12 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            local("admin_revoke_api_key", Scope::Write, "Revokes an API key by name or id; repeating the call is safe.", Annotations { read_only: false, destructive: true, idempotent: true, open_world: false }),
+            local(
+                "admin_revoke_api_key",
+                Scope::Write,
+                "Revokes an API key by name or id; repeating the call is safe.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: false },
+            ),
             |ctx: CallCtx, a: RevokeKeyArgs| async move {
                 let (now, cache) = (ctx.services.clock.now_ms(), ctx.services.auth.keys().clone());
                 let name = a.name.clone();
@@ -565,8 +683,11 @@ pub(super) fn all() -> Vec<Capability> {
                         Ok(row)
                     })
                     .await?;
-                let row = revoked.ok_or_else(|| ToolError::new(code::KEY_NOT_FOUND, format!("no API key named {:?}", a.name)))?;
-                Ok(json!({ "key_id": row.key_id, "name": row.name, "revoked_at": row.revoked_at.map(crate::clock::rfc3339) }))
+                let row = revoked
+                    .ok_or_else(|| ToolError::new(code::KEY_NOT_FOUND, format!("no API key named {:?}", a.name)))?;
+                Ok(
+                    json!({ "key_id": row.key_id, "name": row.name, "revoked_at": row.revoked_at.map(crate::clock::rfc3339) }),
+                )
             },
         ),
     ]

@@ -48,7 +48,10 @@ pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: 
             Ok(Line::TooLong) => (
                 Response::Err {
                     request_id: None,
-                    error: ErrorBody::new(codes::REQUEST_TOO_LARGE, format!("request lines are limited to {MAX_LINE_BYTES} bytes")),
+                    error: ErrorBody::new(
+                        codes::REQUEST_TOO_LARGE,
+                        format!("request lines are limited to {MAX_LINE_BYTES} bytes"),
+                    ),
                 },
                 true,
             ),
@@ -73,8 +76,9 @@ async fn answer(registry: &Registry, line: &[u8], peer: Peer) -> Response {
 }
 
 fn params<T: serde::de::DeserializeOwned>(method: &str, params: Map<String, Value>) -> Result<T, ErrorBody> {
-    serde_json::from_value(Value::Object(params))
-        .map_err(|e| ErrorBody::new(codes::INVALID_REQUEST, format!("{method} parameters do not match the protocol: {e}")))
+    serde_json::from_value(Value::Object(params)).map_err(|e| {
+        ErrorBody::new(codes::INVALID_REQUEST, format!("{method} parameters do not match the protocol: {e}"))
+    })
 }
 
 fn tool_error(e: ToolError) -> ErrorBody {
@@ -101,6 +105,9 @@ async fn dispatch(registry: &Registry, request: Request, peer: Peer) -> Result<V
             let p: CallParams = params(methods::CAPABILITIES_CALL, request.params)?;
             registry.call(p, peer).await.map_err(tool_error)
         }
-        other => Err(ErrorBody::new(codes::METHOD_NOT_FOUND, format!("unknown method {:?}", other.chars().take(64).collect::<String>()))),
+        other => Err(ErrorBody::new(
+            codes::METHOD_NOT_FOUND,
+            format!("unknown method {:?}", other.chars().take(64).collect::<String>()),
+        )),
     }
 }

@@ -42,7 +42,10 @@ pub fn bind(path: &Path, shared_gid: Option<u32>) -> Result<UnixListener, BindEr
     match std::fs::symlink_metadata(path) {
         Ok(meta) => {
             if !meta.file_type().is_socket() || meta.uid() != nix::unistd::geteuid().as_raw() {
-                return Err(BindError::InUse(format!("{} exists and is not a socket of this user; remove it yourself", path.display())));
+                return Err(BindError::InUse(format!(
+                    "{} exists and is not a socket of this user; remove it yourself",
+                    path.display()
+                )));
             }
             match std::os::unix::net::UnixStream::connect(path) {
                 Ok(_) => return Err(BindError::InUse(format!("another process answers on {}", path.display()))),
@@ -52,16 +55,20 @@ pub fn bind(path: &Path, shared_gid: Option<u32>) -> Result<UnixListener, BindEr
                     if again.ino() != meta.ino() {
                         return Err(BindError::InUse(format!("{} changed while it was checked", path.display())));
                     }
-                    std::fs::remove_file(path).map_err(|e| BindError::Other(format!("cannot remove the stale socket: {e}")))?;
+                    std::fs::remove_file(path)
+                        .map_err(|e| BindError::Other(format!("cannot remove the stale socket: {e}")))?;
                     tracing::info!(path = %path.display(), "replaced a stale socket");
                 }
-                Err(e) => return Err(BindError::InUse(format!("cannot tell whether {} is alive: {e}", path.display()))),
+                Err(e) => {
+                    return Err(BindError::InUse(format!("cannot tell whether {} is alive: {e}", path.display())));
+                }
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(BindError::Other(format!("cannot inspect {}: {e}", path.display()))),
     }
-    let listener = UnixListener::bind(path).map_err(|e| BindError::Other(format!("cannot bind {}: {e}", path.display())))?;
+    let listener =
+        UnixListener::bind(path).map_err(|e| BindError::Other(format!("cannot bind {}: {e}", path.display())))?;
     if let Some(gid) = shared_gid {
         nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
             .map_err(|e| BindError::Other(format!("cannot give {} to group {gid}: {e}", path.display())))?;
@@ -83,7 +90,13 @@ pub struct PeerPolicy {
 
 /// Serves connections until `shutdown` is cancelled, then waits for open connections to
 /// finish their current request.
-pub async fn serve(listener: UnixListener, registry: Arc<Registry>, policy: PeerPolicy, shutdown: CancellationToken, socket_path: PathBuf) {
+pub async fn serve(
+    listener: UnixListener,
+    registry: Arc<Registry>,
+    policy: PeerPolicy,
+    shutdown: CancellationToken,
+    socket_path: PathBuf,
+) {
     let connections = TaskTracker::new();
     loop {
         tokio::select! {

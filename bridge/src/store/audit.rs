@@ -70,7 +70,12 @@ impl Store {
     }
 
     /// Reads audit rows newest first, before the cursor `before_id` (exclusive) when given.
-    pub fn read_audit(&self, filter: &AuditFilter, before_id: Option<i64>, limit: u32) -> Result<Vec<AuditRow>, StoreError> {
+    pub fn read_audit(
+        &self,
+        filter: &AuditFilter,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditRow>, StoreError> {
         self.read(|c| {
             let mut sql = format!("SELECT {COLUMNS} FROM audit_log WHERE 1=1");
             let mut args: Vec<rusqlite::types::Value> = Vec::new();

@@ -36,13 +36,10 @@ pub struct EventRow {
 }
 
 pub(super) fn insert_event(tx: &Connection, task_id: &str, event: &NewEvent, now: i64) -> Result<i64, StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO events (task_id, event_type, payload_json, created_at) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![task_id, event.event_type, event.payload_json, now])?;
+    tx.prepare_cached("INSERT INTO events (task_id, event_type, payload_json, created_at) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![task_id, event.event_type, event.payload_json, now])?;
     let id = tx.last_insert_rowid();
-    tx.prepare_cached("UPDATE tasks SET event_count = event_count + 1 WHERE task_id = ?1")?
-        .execute([task_id])?;
+    tx.prepare_cached("UPDATE tasks SET event_count = event_count + 1 WHERE task_id = ?1")?.execute([task_id])?;
     Ok(id)
 }
 

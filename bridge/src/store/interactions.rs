@@ -44,7 +44,8 @@ fn interaction_from_row(r: &Row<'_>) -> rusqlite::Result<InteractionRow> {
     })
 }
 
-const COLUMNS: &str = "request_id, task_id, kind, status, payload_json, created_at, expires_at, resolved_at, resolution_json";
+const COLUMNS: &str =
+    "request_id, task_id, kind, status, payload_json, created_at, expires_at, resolved_at, resolution_json";
 
 fn get_in(conn: &Connection, request_id: &str) -> Result<Option<InteractionRow>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM interactions WHERE request_id = ?1");
@@ -114,9 +115,7 @@ impl Store {
         now: i64,
     ) -> Result<TaskRow, StoreError> {
         self.write(|tx| {
-            let req = get_in(tx, request_id)?
-                .filter(|r| r.task_id == task_id)
-                .ok_or(StoreError::RequestNotFound)?;
+            let req = get_in(tx, request_id)?.filter(|r| r.task_id == task_id).ok_or(StoreError::RequestNotFound)?;
             match req.status.as_str() {
                 "pending" => {}
                 "resolved" => return Err(StoreError::RequestAlreadyResolved),

@@ -129,10 +129,7 @@ impl Store {
     }
 
     /// Runs `f` in one immediate (write-locked) transaction; commits when it returns `Ok`.
-    pub fn write<T>(
-        &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.writer.lock().unwrap_or_else(|poison| poison.into_inner());
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&tx)?;
@@ -162,9 +159,7 @@ impl Store {
         F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     {
         let store = Arc::clone(self);
-        tokio::task::spawn_blocking(move || f(&store))
-            .await
-            .map_err(|e| StoreError::Worker(e.to_string()))?
+        tokio::task::spawn_blocking(move || f(&store)).await.map_err(|e| StoreError::Worker(e.to_string()))?
     }
 }
 

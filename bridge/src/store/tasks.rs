@@ -219,8 +219,7 @@ fn find_by_key_in(conn: &Connection, principal: &str, key: &str) -> Result<Optio
     Ok(conn.prepare_cached(&sql)?.query_row([principal, key], task_from_row).optional()?)
 }
 
-const ACTIVE_STATES: &str =
-    "('queued','starting','running','waiting_for_approval','waiting_for_question')";
+const ACTIVE_STATES: &str = "('queued','starting','running','waiting_for_approval','waiting_for_question')";
 
 impl Store {
     /// Reads one task.
@@ -245,14 +244,12 @@ impl Store {
     ) -> Result<Inserted, StoreError> {
         self.write(|tx| {
             if let Some(key) = &new.idempotency_key
-                && let Some(existing) = find_by_key_in(tx, &new.principal, key)? {
-                    return Ok(Inserted::Existing(existing));
-                }
-            let active: i64 = tx.query_row(
-                &format!("SELECT COUNT(*) FROM tasks WHERE status IN {ACTIVE_STATES}"),
-                [],
-                |r| r.get(0),
-            )?;
+                && let Some(existing) = find_by_key_in(tx, &new.principal, key)?
+            {
+                return Ok(Inserted::Existing(existing));
+            }
+            let active: i64 =
+                tx.query_row(&format!("SELECT COUNT(*) FROM tasks WHERE status IN {ACTIVE_STATES}"), [], |r| r.get(0))?;
             if active >= i64::from(max_active) {
                 return Err(StoreError::TaskLimitReached { limit: max_active });
             }
@@ -352,10 +349,7 @@ impl Store {
             }
             if let Some(before) = &filter.before_task_id {
                 args.push(before.clone().into());
-                sql.push_str(&format!(
-                    " AND rowid < (SELECT rowid FROM tasks WHERE task_id = ?{})",
-                    args.len()
-                ));
+                sql.push_str(&format!(" AND rowid < (SELECT rowid FROM tasks WHERE task_id = ?{})", args.len()));
             }
             sql.push_str(&format!(" ORDER BY rowid DESC LIMIT {limit}"));
             let mut stmt = c.prepare(&sql)?;

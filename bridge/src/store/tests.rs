@@ -111,7 +111,10 @@ fn the_active_cap_is_counted_inside_the_insert_transaction() {
 #[test]
 fn idempotency_keys_are_unique_per_principal() {
     let (_dir, store) = open();
-    assert!(matches!(store.insert_task(&new_task("agt_1", Some("k")), 9, None, &submitted()).unwrap(), Inserted::Created(_)));
+    assert!(matches!(
+        store.insert_task(&new_task("agt_1", Some("k")), 9, None, &submitted()).unwrap(),
+        Inserted::Created(_)
+    ));
     match store.insert_task(&new_task("agt_2", Some("k")), 9, None, &submitted()).unwrap() {
         Inserted::Existing(row) => assert_eq!(row.task_id, "agt_1"),
         other => panic!("expected the existing task, got {other:?}"),
@@ -156,7 +159,12 @@ fn running(store: &Store, id: &str) {
 }
 
 fn approval(id: &str) -> NewInteraction {
-    NewInteraction { request_id: id.into(), kind: InteractionKind::Approval, payload_json: "{}".into(), expires_at: 5_000 }
+    NewInteraction {
+        request_id: id.into(),
+        kind: InteractionKind::Approval,
+        payload_json: "{}".into(),
+        expires_at: 5_000,
+    }
 }
 
 #[test]
@@ -291,7 +299,10 @@ fn a_first_schema_database_upgrades_in_place() {
     }
     assert_eq!(store.get_guard("repo").unwrap().unwrap().proof_json, None);
     store.insert_task(&new_task("agt_new", Some("k")), 9, None, &submitted()).unwrap();
-    assert!(matches!(store.insert_task(&new_task("agt_dup", Some("k")), 9, None, &submitted()).unwrap(), Inserted::Existing(_)));
+    assert!(matches!(
+        store.insert_task(&new_task("agt_dup", Some("k")), 9, None, &submitted()).unwrap(),
+        Inserted::Existing(_)
+    ));
     drop(store);
     // Opening again applies nothing twice.
     let store = Store::open(&state).unwrap();

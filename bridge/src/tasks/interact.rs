@@ -49,7 +49,9 @@ pub fn normalize_approval(payload: &mut Value) -> Result<(), String> {
         Some(_) => return Err("available_decisions must be a list".into()),
     }
     if let Some(perms) = map.get("requested_permissions") {
-        let ok = perms.as_array().is_some_and(|list| list.iter().all(|p| p.get("permission_id").is_some_and(Value::is_string)));
+        let ok = perms
+            .as_array()
+            .is_some_and(|list| list.iter().all(|p| p.get("permission_id").is_some_and(Value::is_string)));
         if !ok {
             return Err("requested_permissions must be objects with a permission_id".into());
         }
@@ -66,20 +68,28 @@ pub fn check_question(payload: &Value) -> Result<(), String> {
     }
     let mut ids = HashSet::new();
     for q in questions {
-        let id = q.get("question_id").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or("each question needs a question_id")?;
+        let id = q
+            .get("question_id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or("each question needs a question_id")?;
         if !ids.insert(id) {
             return Err(format!("question id {id:?} appears twice"));
         }
         if !q.get("prompt").is_some_and(Value::is_string) {
             return Err(format!("question {id:?} needs a prompt"));
         }
-        if !q.get("multi_select").is_some_and(Value::is_boolean) || !q.get("allow_free_text").is_some_and(Value::is_boolean) {
+        if !q.get("multi_select").is_some_and(Value::is_boolean)
+            || !q.get("allow_free_text").is_some_and(Value::is_boolean)
+        {
             return Err(format!("question {id:?} needs multi_select and allow_free_text"));
         }
-        let options = q.get("options").and_then(Value::as_array).ok_or(format!("question {id:?} needs an options list"))?;
+        let options =
+            q.get("options").and_then(Value::as_array).ok_or(format!("question {id:?} needs an options list"))?;
         let mut option_ids = HashSet::new();
         for o in options {
-            let oid = o.get("option_id").and_then(Value::as_str).ok_or(format!("an option of {id:?} has no option_id"))?;
+            let oid =
+                o.get("option_id").and_then(Value::as_str).ok_or(format!("an option of {id:?} has no option_id"))?;
             if !option_ids.insert(oid) || !o.get("label").is_some_and(Value::is_string) {
                 return Err(format!("option {oid:?} of {id:?} is duplicated or has no label"));
             }
@@ -128,10 +138,8 @@ pub fn check_answers(payload: &Value, answers: &[Answer]) -> Result<(), ToolErro
             return Err(bad(format!("the answer to {:?} selects nothing and gives no text", a.question_id)));
         }
     }
-    if let Some(missing) = questions
-        .iter()
-        .filter_map(|q| q.get("question_id").and_then(Value::as_str))
-        .find(|id| !seen.contains(id))
+    if let Some(missing) =
+        questions.iter().filter_map(|q| q.get("question_id").and_then(Value::as_str)).find(|id| !seen.contains(id))
     {
         return Err(bad(format!("question {missing:?} is not answered")));
     }
@@ -146,7 +154,9 @@ impl TaskService {
         } else {
             None
         };
-        let row = row.filter(|r| r.task_id == task_id).ok_or_else(|| ToolError::new(code::REQUEST_NOT_FOUND, "no such request on this task"))?;
+        let row = row
+            .filter(|r| r.task_id == task_id)
+            .ok_or_else(|| ToolError::new(code::REQUEST_NOT_FOUND, "no such request on this task"))?;
         match row.status.as_str() {
             "resolved" => Err(ToolError::new(code::REQUEST_ALREADY_RESOLVED, "this request was already answered")),
             "stale" => Err(ToolError::new(code::REQUEST_STALE, "this request can no longer be answered")),
@@ -191,7 +201,10 @@ impl TaskService {
             let mut seen = HashSet::new();
             for id in &granted {
                 if !requested.contains(id.as_str()) {
-                    return Err(ToolError::new(code::PERMISSION_OUTSIDE_POLICY, format!("permission {id:?} was not requested")));
+                    return Err(ToolError::new(
+                        code::PERMISSION_OUTSIDE_POLICY,
+                        format!("permission {id:?} was not requested"),
+                    ));
                 }
                 if !seen.insert(id) {
                     return Err(invalid(format!("permission {id:?} is listed twice")));
@@ -216,7 +229,11 @@ impl TaskService {
         }
         if let Some(control) = self.control(task_id) {
             let _ = control
-                .send(Control::Approval { request_id: request_id.to_owned(), decision: decision.to_owned(), granted_permission_ids: granted })
+                .send(Control::Approval {
+                    request_id: request_id.to_owned(),
+                    decision: decision.to_owned(),
+                    granted_permission_ids: granted,
+                })
                 .await;
         }
         Ok(json!({
@@ -226,11 +243,20 @@ impl TaskService {
     }
 
     /// `answer_agent_question`.
-    pub async fn answer_question(&self, principal: &Principal, task_id: &str, request_id: &str, answers: Vec<Answer>) -> Result<Value, ToolError> {
+    pub async fn answer_question(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        request_id: &str,
+        answers: Vec<Answer>,
+    ) -> Result<Value, ToolError> {
         let task = self.inner.visible_task(principal, task_id).await?;
         let req = self.interaction(task_id, request_id).await?;
         if req.kind != InteractionKind::Question.as_str() {
-            return Err(ToolError::new(code::INVALID_QUESTION_ANSWER, "this request is an approval; answer it with respond_agent_approval"));
+            return Err(ToolError::new(
+                code::INVALID_QUESTION_ANSWER,
+                "this request is an approval; answer it with respond_agent_approval",
+            ));
         }
         let payload: Value = serde_json::from_str(&req.payload_json).unwrap_or(Value::Null);
         check_answers(&payload, &answers)?;
@@ -245,10 +271,14 @@ impl TaskService {
             })
             .collect();
         if answers_json.to_string().len() > MAX_TEXT_BYTES {
-            return Err(ToolError::new(code::INVALID_QUESTION_ANSWER, format!("the answers are larger than {MAX_TEXT_BYTES} bytes")));
+            return Err(ToolError::new(
+                code::INVALID_QUESTION_ANSWER,
+                format!("the answers are larger than {MAX_TEXT_BYTES} bytes"),
+            ));
         }
         let resolution = json!({ "answers": answers_json }).to_string();
-        let event = NewEvent::new("question.answered", json!({ "request_id": request_id, "question_count": answers.len() }));
+        let event =
+            NewEvent::new("question.answered", json!({ "request_id": request_id, "question_count": answers.len() }));
         let (tid, rid, now) = (task_id.to_owned(), request_id.to_owned(), self.inner.clock.now_ms());
         self.inner
             .store
@@ -267,7 +297,10 @@ impl TaskService {
     /// `send_agent_message`: steers a running task, where the runtime supports it.
     pub async fn send_message(&self, principal: &Principal, task_id: &str, message: &str) -> Result<Value, ToolError> {
         if message.len() > MAX_TEXT_BYTES {
-            return Err(ToolError::new(code::AGENT_MESSAGE_TOO_LARGE, format!("the message is larger than {MAX_TEXT_BYTES} bytes")));
+            return Err(ToolError::new(
+                code::AGENT_MESSAGE_TOO_LARGE,
+                format!("the message is larger than {MAX_TEXT_BYTES} bytes"),
+            ));
         }
         if message.trim().is_empty() {
             return Err(ToolError::invalid("message", "must not be empty"));
@@ -275,13 +308,22 @@ impl TaskService {
         let task = self.inner.visible_task(principal, task_id).await?;
         match task.status {
             s if s.is_terminal() => {
-                return Err(ToolError::new(code::AGENT_TASK_TERMINAL, "the task has finished; submit a continuation instead"));
+                return Err(ToolError::new(
+                    code::AGENT_TASK_TERMINAL,
+                    "the task has finished; submit a continuation instead",
+                ));
             }
             s if s.is_waiting() => {
-                return Err(ToolError::new(code::AGENT_TASK_NOT_ACTIVE, "the task waits for an answer to its pending request; answer it first"));
+                return Err(ToolError::new(
+                    code::AGENT_TASK_NOT_ACTIVE,
+                    "the task waits for an answer to its pending request; answer it first",
+                ));
             }
             TaskStatus::Queued | TaskStatus::Starting => {
-                return Err(ToolError::new(code::AGENT_TASK_NOT_ACTIVE, "the task has not started yet; try again in a moment"));
+                return Err(ToolError::new(
+                    code::AGENT_TASK_NOT_ACTIVE,
+                    "the task has not started yet; try again in a moment",
+                ));
             }
             _ => {}
         }
@@ -290,7 +332,10 @@ impl TaskService {
             return Err(ToolError::new(code::AGENT_TASK_NOT_ACTIVE, "the task is not running in this bridge"));
         };
         if !self.inner.providers.probe(runtime).await.live_steer {
-            return Err(ToolError::new(code::AGENT_PROVIDER_ERROR, format!("runtime {} cannot be steered while it works", runtime.as_str())));
+            return Err(ToolError::new(
+                code::AGENT_PROVIDER_ERROR,
+                format!("runtime {} cannot be steered while it works", runtime.as_str()),
+            ));
         }
         let event = NewEvent::new("user.message", json!({ "bytes": message.len() }));
         let (tid, now) = (task_id.to_owned(), self.inner.clock.now_ms());
@@ -312,12 +357,16 @@ impl TaskService {
         let row = match self.inner.store.call(move |s| s.transition(&id, TaskStatus::Cancelled, fields, now)).await {
             Ok(row) => {
                 self.inner.changes.notify(task_id);
-                if let Some(active) = self.inner.active.lock().ok().and_then(|a| a.get(task_id).map(|a| a.cancel.clone())) {
+                if let Some(active) =
+                    self.inner.active.lock().ok().and_then(|a| a.get(task_id).map(|a| a.cancel.clone()))
+                {
                     active.cancel();
                 }
                 row
             }
-            Err(crate::store::StoreError::InvalidTransition { .. }) => self.inner.visible_task(principal, task_id).await?,
+            Err(crate::store::StoreError::InvalidTransition { .. }) => {
+                self.inner.visible_task(principal, task_id).await?
+            }
             Err(e) => return Err(e.into()),
         };
         self.inner.collect_garbage().await;

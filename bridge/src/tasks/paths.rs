@@ -35,11 +35,17 @@ pub fn resolve(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
     let resolved = match candidate.canonicalize() {
         Ok(p) => p,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ToolError::new(code::WORKDIR_PATH_NOT_FOUND, format!("path {relative:?} does not exist in the workdir")));
+            return Err(ToolError::new(
+                code::WORKDIR_PATH_NOT_FOUND,
+                format!("path {relative:?} does not exist in the workdir"),
+            ));
         }
-        Err(_) => return Err(ToolError::new(code::INVALID_WORKDIR_PATH, format!("path {relative:?} cannot be resolved"))),
+        Err(_) => {
+            return Err(ToolError::new(code::INVALID_WORKDIR_PATH, format!("path {relative:?} cannot be resolved")));
+        }
     };
-    let inside = resolved.strip_prefix(root).is_ok_and(|rest| rest.components().all(|c| matches!(c, Component::Normal(_))));
+    let inside =
+        resolved.strip_prefix(root).is_ok_and(|rest| rest.components().all(|c| matches!(c, Component::Normal(_))));
     if !inside {
         return Err(ToolError::new(code::INVALID_WORKDIR_PATH, format!("path {relative:?} escapes the workdir")));
     }

@@ -68,7 +68,11 @@ impl Inner {
         let g = guard.clone();
         let stopped = tokio::task::spawn_blocking(move || provider_stopped(&g)).await.unwrap_or(false);
         if !stopped {
-            tracing::warn!(task_id = guard.task_id, workdir = guard.workdir_alias, "provider stop not proven; guard kept");
+            tracing::warn!(
+                task_id = guard.task_id,
+                workdir = guard.workdir_alias,
+                "provider stop not proven; guard kept"
+            );
             return false;
         }
         let now = self.clock.now_ms();
@@ -118,8 +122,13 @@ impl TaskService {
             let id = task.task_id.clone();
             let fields = TransitionFields {
                 error_code: Some(code::BRIDGE_RESTARTED.to_owned()),
-                error_message: Some("the bridge restarted while the task was active; continue it with a new task".into()),
-                event: Some(NewEvent::new("task.reconciled", json!({ "status": "interrupted", "error_code": code::BRIDGE_RESTARTED }))),
+                error_message: Some(
+                    "the bridge restarted while the task was active; continue it with a new task".into(),
+                ),
+                event: Some(NewEvent::new(
+                    "task.reconciled",
+                    json!({ "status": "interrupted", "error_code": code::BRIDGE_RESTARTED }),
+                )),
                 ..Default::default()
             };
             inner.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await?;

@@ -11,7 +11,8 @@ const PATH_KEYS: &[&str] = &["path", "cwd", "relative_cwd", "file_path", "grantR
 /// Keys whose value is a list of paths.
 const PATH_LIST_KEYS: &[&str] = &["paths", "read", "write", "readableRoots", "writableRoots"];
 /// Provider-native identifiers that never leave the bridge.
-const PRIVATE_KEYS: &[&str] = &["native_session_id", "native_turn_id", "thread_id", "threadId", "turn_id", "turnId", "session_id", "sessionId"];
+const PRIVATE_KEYS: &[&str] =
+    &["native_session_id", "native_turn_id", "thread_id", "threadId", "turn_id", "turnId", "session_id", "sessionId"];
 
 #[derive(Debug, Clone)]
 struct Rule {
@@ -146,7 +147,10 @@ mod tests {
         assert_eq!(r.text("/srv/repo2/x and /srv/repo.bak"), "<outside-workdir> and <outside-workdir>");
         assert_eq!(r.text("/x/srv/repo stays"), "/x/srv/repo stays");
         assert_eq!(r.text("HOME=/home/op/.cache"), "HOME=<host-path>/.cache");
-        assert_eq!(r.text("db at /home/op/.local/state/agent-bridge/bridge.sqlite3"), "db at <host-path>/bridge.sqlite3");
+        assert_eq!(
+            r.text("db at /home/op/.local/state/agent-bridge/bridge.sqlite3"),
+            "db at <host-path>/bridge.sqlite3"
+        );
         assert_eq!(r.text("/home/operator"), "<host-path>");
         assert_eq!(r.text("naïve ünïcode /srv/repo/ä"), "naïve ünïcode <workdir>/ä");
     }
@@ -163,14 +167,17 @@ mod tests {
             "nested": [{"file_path": "/srv/repo2/x", "threadId": "x"}],
         });
         r().value(&mut v);
-        assert_eq!(v, json!({
-            "path": "src/lib.rs",
-            "cwd": ".",
-            "blocked_path": "<outside-workdir>",
-            "writableRoots": ["a", "<outside-workdir>"],
-            "note": "wrote <workdir>/a",
-            "nested": [{"file_path": "<outside-workdir>"}],
-        }));
+        assert_eq!(
+            v,
+            json!({
+                "path": "src/lib.rs",
+                "cwd": ".",
+                "blocked_path": "<outside-workdir>",
+                "writableRoots": ["a", "<outside-workdir>"],
+                "note": "wrote <workdir>/a",
+                "nested": [{"file_path": "<outside-workdir>"}],
+            })
+        );
     }
 
     proptest::proptest! {

@@ -50,7 +50,12 @@ pub fn store(state_dir: &Path, task_id: &str, text: &str, threshold: u64) -> Res
     let size = text.len() as u64;
     let sha256 = sha256_hex(text.as_bytes());
     if size <= threshold {
-        return Ok(ResultFields { final_response: text.to_owned(), storage: "inline", size_bytes: size as i64, sha256 });
+        return Ok(ResultFields {
+            final_response: text.to_owned(),
+            storage: "inline",
+            size_bytes: size as i64,
+            sha256,
+        });
     }
     if size > MAX_SPOOLED_RESULT_BYTES {
         return Err(ToolError::new(
@@ -58,9 +63,7 @@ pub fn store(state_dir: &Path, task_id: &str, text: &str, threshold: u64) -> Res
             format!("the final response is {size} bytes; the most the bridge keeps is {MAX_SPOOLED_RESULT_BYTES}"),
         ));
     }
-    let storage_error = |e: std::io::Error| {
-        ToolError::internal("cannot spool the task result", e)
-    };
+    let storage_error = |e: std::io::Error| ToolError::internal("cannot spool the task result", e);
     crate::files::ensure_private_dir(&spool_dir(state_dir))
         .map_err(|e| ToolError::internal("cannot create the result spool", e))?;
     let target = spool_path(state_dir, task_id);
@@ -91,19 +94,29 @@ pub fn store(state_dir: &Path, task_id: &str, text: &str, threshold: u64) -> Res
 
 /// Reads a chunk of a spooled result: at most `max_bytes` from `offset`, never splitting a
 /// character. Blocking: call off the reactor.
-pub fn read_chunk(state_dir: &Path, task_id: &str, size: u64, offset: u64, max_bytes: usize) -> Result<Value, ToolError> {
+pub fn read_chunk(
+    state_dir: &Path,
+    task_id: &str,
+    size: u64,
+    offset: u64,
+    max_bytes: usize,
+) -> Result<Value, ToolError> {
     if offset > size {
-        return Err(ToolError::new(code::INVALID_RESULT_OFFSET, format!("offset_bytes {offset} is past the end ({size} bytes)")));
+        return Err(ToolError::new(
+            code::INVALID_RESULT_OFFSET,
+            format!("offset_bytes {offset} is past the end ({size} bytes)"),
+        ));
     }
     let path = spool_path(state_dir, task_id);
     let unreadable = |why: String| ToolError::new(code::AGENT_RESULT_STORAGE_ERROR, why);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(&path)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ToolError::new(code::AGENT_RESULT_NOT_RETRIEVABLE, "the spooled result is gone"),
-            _ => unreadable("the spooled result cannot be opened".into()),
+    let mut file =
+        OpenOptions::new().read(true).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits()).open(&path).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    ToolError::new(code::AGENT_RESULT_NOT_RETRIEVABLE, "the spooled result is gone")
+                }
+                _ => unreadable("the spooled result cannot be opened".into()),
+            }
         })?;
     let meta = file.metadata().map_err(|_| unreadable("the spooled result cannot be inspected".into()))?;
     crate::files::check_private(&path, &meta, false).map_err(|_| unreadable("the spool file is not private".into()))?;
@@ -116,14 +129,20 @@ pub fn read_chunk(state_dir: &Path, task_id: &str, size: u64, offset: u64, max_b
     file.seek(SeekFrom::Start(offset)).map_err(|_| unreadable("cannot seek the spool file".into()))?;
     file.read_exact(&mut buf).map_err(|_| unreadable("cannot read the spool file".into()))?;
     if buf.first().is_some_and(|b| (0x80..0xC0).contains(b)) {
-        return Err(ToolError::new(code::INVALID_RESULT_OFFSET, format!("offset_bytes {offset} falls inside a character")));
+        return Err(ToolError::new(
+            code::INVALID_RESULT_OFFSET,
+            format!("offset_bytes {offset} falls inside a character"),
+        ));
     }
     let mut end = want;
     while end > 0 && end < buf.len() && (0x80..0xC0).contains(&buf[end]) {
         end -= 1;
     }
     if end == 0 && want > 0 {
-        return Err(ToolError::new(code::INVALID_RESULT_LIMIT, format!("max_bytes {max_bytes} cannot hold the next character")));
+        return Err(ToolError::new(
+            code::INVALID_RESULT_LIMIT,
+            format!("max_bytes {max_bytes} cannot hold the next character"),
+        ));
     }
     let text = std::str::from_utf8(&buf[..end]).map_err(|_| unreadable("the spool file is not valid UTF-8".into()))?;
     let next = offset + end as u64;

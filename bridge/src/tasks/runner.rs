@@ -44,8 +44,14 @@ enum Ending {
     /// Someone else already made the task terminal (cancel, shutdown, a timer of ours).
     AlreadyTerminal,
     Completed(String),
-    Failed { code: &'static str, message: String },
-    Interrupted { code: &'static str, message: String },
+    Failed {
+        code: &'static str,
+        message: String,
+    },
+    Interrupted {
+        code: &'static str,
+        message: String,
+    },
 }
 
 /// The pending interaction this runner relays.
@@ -62,7 +68,12 @@ pub(super) async fn run(mut job: Job) {
     finish(job, ending, proof, &redactor).await;
 }
 
-async fn transition(inner: &Inner, task_id: &str, to: TaskStatus, fields: TransitionFields) -> Result<TaskRow, StoreError> {
+async fn transition(
+    inner: &Inner,
+    task_id: &str,
+    to: TaskStatus,
+    fields: TransitionFields,
+) -> Result<TaskRow, StoreError> {
     let now = inner.clock.now_ms();
     let id = task_id.to_owned();
     let result = inner.store.call(move |s| s.transition(&id, to, fields, now)).await;
@@ -123,7 +134,10 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
     let commands = session.commands();
     let mut pending: Option<Pending> = None;
     loop {
-        let expiry = pending.as_ref().filter(|p| p.expires_at < job.task.deadline_at).map(|p| inner.clock.instant_at(p.expires_at));
+        let expiry = pending
+            .as_ref()
+            .filter(|p| p.expires_at < job.task.deadline_at)
+            .map(|p| inner.clock.instant_at(p.expires_at));
         tokio::select! {
             biased;
             _ = job.cancel.cancelled() => {
@@ -253,7 +267,16 @@ async fn open(
     match opened {
         Ok(_) => Some(Pending { request_id: new.request_id, native_id, kind, expires_at: new.expires_at }),
         Err(e) => {
-            refuse(inner, task_id, redactor, kind, native_id, format!("cannot open the {}: {e}", kind.as_str()), commands).await;
+            refuse(
+                inner,
+                task_id,
+                redactor,
+                kind,
+                native_id,
+                format!("cannot open the {}: {e}", kind.as_str()),
+                commands,
+            )
+            .await;
             None
         }
     }
@@ -291,12 +314,15 @@ async fn timed_out(
     expired: Option<Pending>,
 ) -> Ending {
     if let Some(p) = &expired {
-        let event = NewEvent::new("interaction.expired", json!({ "request_id": p.request_id, "kind": p.kind.as_str() }));
+        let event =
+            NewEvent::new("interaction.expired", json!({ "request_id": p.request_id, "kind": p.kind.as_str() }));
         let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
         let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
     }
     let message = match error_code {
-        code::AGENT_INTERACTION_TIMED_OUT => "nobody answered the pending request in time (SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS)",
+        code::AGENT_INTERACTION_TIMED_OUT => {
+            "nobody answered the pending request in time (SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS)"
+        }
         _ => "the task ran past its deadline (SERVERFS_AGENT_TASK_TIMEOUT_SECONDS)",
     };
     let fields = TransitionFields {
@@ -332,7 +358,14 @@ async fn interrupt(inner: &Arc<Inner>, task_id: &str, session: &mut Session, red
 
 /// Records a provider or lifecycle event: redacted, bounded to [`MAX_EVENT_BYTES`], and (for
 /// provider events) subject to the per-task cap.
-async fn record(inner: &Arc<Inner>, task_id: &str, redactor: &Redactor, event_type: &str, mut payload: Value, capped: bool) {
+async fn record(
+    inner: &Arc<Inner>,
+    task_id: &str,
+    redactor: &Redactor,
+    event_type: &str,
+    mut payload: Value,
+    capped: bool,
+) {
     let valid_type = event_type.len() <= 64
         && event_type.contains('.')
         && event_type.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
@@ -433,12 +466,18 @@ async fn persist(inner: &Arc<Inner>, task_id: &str, ending: Ending, redactor: &R
             match stored {
                 Ok(result) => {
                     if result.storage == "spool" {
-                        let event = NewEvent::new("task.result_spooled", json!({ "size_bytes": result.size_bytes, "sha256": result.sha256 }));
+                        let event = NewEvent::new(
+                            "task.result_spooled",
+                            json!({ "size_bytes": result.size_bytes, "sha256": result.sha256 }),
+                        );
                         let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
                         let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
                     }
                     let fields = TransitionFields {
-                        event: lifecycle("task.completed", json!({ "result_storage": result.storage, "result_size_bytes": result.size_bytes })),
+                        event: lifecycle(
+                            "task.completed",
+                            json!({ "result_storage": result.storage, "result_size_bytes": result.size_bytes }),
+                        ),
                         result: Some(result),
                         ..Default::default()
                     };

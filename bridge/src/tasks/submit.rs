@@ -76,7 +76,10 @@ impl TaskService {
     pub async fn submit(&self, principal: &Principal, req: SubmitRequest) -> Result<Value, ToolError> {
         let inner = &self.inner;
         if req.prompt.len() > MAX_TEXT_BYTES {
-            return Err(ToolError::new(code::AGENT_PROMPT_TOO_LARGE, format!("the prompt is larger than {MAX_TEXT_BYTES} bytes")));
+            return Err(ToolError::new(
+                code::AGENT_PROMPT_TOO_LARGE,
+                format!("the prompt is larger than {MAX_TEXT_BYTES} bytes"),
+            ));
         }
         if req.prompt.trim().is_empty() {
             return Err(ToolError::invalid("prompt", "must not be empty"));
@@ -90,7 +93,10 @@ impl TaskService {
 
         let workdir = inner.workdir(principal, &req.workdir)?.clone();
         if workdir.agent_mode == AgentMode::Disabled {
-            return Err(ToolError::new(code::AGENT_DISABLED, format!("agents are disabled on workdir {:?}", workdir.alias)));
+            return Err(ToolError::new(
+                code::AGENT_DISABLED,
+                format!("agents are disabled on workdir {:?}", workdir.alias),
+            ));
         }
         if !workdir.runtimes.contains(&req.runtime) {
             return Err(ToolError::new(
@@ -105,7 +111,12 @@ impl TaskService {
         if !mode_allows {
             return Err(ToolError::new(
                 code::AGENT_PROFILE_NOT_ALLOWED,
-                format!("profile {} is not allowed on workdir {:?} (mode {})", req.profile.as_str(), workdir.alias, workdir.agent_mode.as_str()),
+                format!(
+                    "profile {} is not allowed on workdir {:?} (mode {})",
+                    req.profile.as_str(),
+                    workdir.alias,
+                    workdir.agent_mode.as_str()
+                ),
             ));
         }
         let path = paths::normalize(&req.path)?;
@@ -133,7 +144,11 @@ impl TaskService {
         if !info.available {
             return Err(ToolError::new(
                 code::AGENT_RUNTIME_UNAVAILABLE,
-                format!("runtime {} is unavailable: {}", req.runtime.as_str(), info.detail.as_deref().unwrap_or("no detail")),
+                format!(
+                    "runtime {} is unavailable: {}",
+                    req.runtime.as_str(),
+                    info.detail.as_deref().unwrap_or("no detail")
+                ),
             ));
         }
         let resume_session = match &req.continue_from_task_id {
@@ -150,7 +165,10 @@ impl TaskService {
 
         let _critical = inner.submit_lock.lock().await;
         if inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(ToolError::new(code::BRIDGE_CLOSED, "the bridge is shutting down; retry with the same idempotency_key once it is back"));
+            return Err(ToolError::new(
+                code::BRIDGE_CLOSED,
+                "the bridge is shutting down; retry with the same idempotency_key once it is back",
+            ));
         }
         // Lookup 2, under the submit critical section, before any lease or row.
         if let Some(key) = &req.idempotency_key {
@@ -167,7 +185,10 @@ impl TaskService {
             match tokio::task::spawn_blocking(move || leases.try_acquire(slot)).await {
                 Ok(Ok(lease)) => Some(lease),
                 Ok(Err(LeaseError::Busy)) => {
-                    return Err(ToolError::new(code::WORKDIR_BUSY, format!("workdir {:?} is busy with another writer", workdir.alias)));
+                    return Err(ToolError::new(
+                        code::WORKDIR_BUSY,
+                        format!("workdir {:?} is busy with another writer", workdir.alias),
+                    ));
                 }
                 Ok(Err(e)) => return Err(ToolError::internal("cannot take the writer lease", e)),
                 Err(e) => return Err(ToolError::internal("cannot take the writer lease", e)),
@@ -223,10 +244,11 @@ impl TaskService {
         // Not a child of the shutdown token: at shutdown the terminal state is persisted
         // first, and only then is each runner cancelled (`TaskService::shutdown`).
         let cancel = tokio_util::sync::CancellationToken::new();
-        inner.active.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            row.task_id.clone(),
-            Active { cancel: cancel.clone(), control: control_tx, runtime: req.runtime },
-        );
+        inner
+            .active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row.task_id.clone(), Active { cancel: cancel.clone(), control: control_tx, runtime: req.runtime });
         let job = runner::Job {
             inner: Arc::clone(inner),
             task: row.clone(),
@@ -245,7 +267,12 @@ impl TaskService {
     }
 
     /// Checks a continuation source and returns the native session to resume.
-    async fn check_continuation(&self, principal: &Principal, prior_id: &str, req: &SubmitRequest) -> Result<String, ToolError> {
+    async fn check_continuation(
+        &self,
+        principal: &Principal,
+        prior_id: &str,
+        req: &SubmitRequest,
+    ) -> Result<String, ToolError> {
         let prior = self.inner.visible_task(principal, prior_id).await?;
         let not_resumable = |why: &str| ToolError::new(code::AGENT_SESSION_NOT_RESUMABLE, why.to_owned());
         if prior.runtime != req.runtime.as_str() {
@@ -258,11 +285,12 @@ impl TaskService {
             return Err(not_resumable("the task to continue has not finished yet"));
         }
         if prior.profile == Profile::Review.as_str() && req.profile == Profile::WorkspaceWrite {
-            return Err(ToolError::new(code::AGENT_PROFILE_NOT_ALLOWED, "a review task cannot be continued as workspace-write"));
+            return Err(ToolError::new(
+                code::AGENT_PROFILE_NOT_ALLOWED,
+                "a review task cannot be continued as workspace-write",
+            ));
         }
-        prior
-            .native_session_id
-            .ok_or_else(|| not_resumable("the task to continue has no session to resume"))
+        prior.native_session_id.ok_or_else(|| not_resumable("the task to continue has no session to resume"))
     }
 }
 
@@ -284,9 +312,11 @@ impl Inner {
         } else {
             Err(ToolError::new(
                 code::WORKDIR_RECOVERY_REQUIRED,
-                format!("workdir {alias:?} is closed: the stop of task {} is not proven; see `agent-bridge doctor`", guard.task_id),
+                format!(
+                    "workdir {alias:?} is closed: the stop of task {} is not proven; see `agent-bridge doctor`",
+                    guard.task_id
+                ),
             ))
         }
     }
 }
-

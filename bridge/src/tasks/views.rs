@@ -125,7 +125,13 @@ impl TaskService {
     }
 
     /// `read_agent_task_events`: events after the cursor, oldest first.
-    pub async fn events(&self, principal: &Principal, task_id: &str, after: u64, limit: u32) -> Result<Value, ToolError> {
+    pub async fn events(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<Value, ToolError> {
         let row = self.inner.visible_task(principal, task_id).await?;
         let id = task_id.to_owned();
         let after = i64::try_from(after).unwrap_or(i64::MAX);
@@ -141,21 +147,31 @@ impl TaskService {
     }
 
     /// `read_agent_task_result`: a UTF-8-safe chunk of a spooled result.
-    pub async fn result_chunk(&self, principal: &Principal, task_id: &str, offset: u64, max_bytes: usize) -> Result<Value, ToolError> {
+    pub async fn result_chunk(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Value, ToolError> {
         let row = self.inner.visible_task(principal, task_id).await?;
         match row.result_storage.as_deref() {
             Some("spool") => {}
             Some(_) => {
-                return Err(ToolError::new(code::AGENT_RESULT_NOT_RETRIEVABLE, "the result is inline: read final_response from get_agent_task"));
+                return Err(ToolError::new(
+                    code::AGENT_RESULT_NOT_RETRIEVABLE,
+                    "the result is inline: read final_response from get_agent_task",
+                ));
             }
             None => return Err(ToolError::new(code::AGENT_RESULT_NOT_RETRIEVABLE, "the task has no result (yet)")),
         }
         let size = row.result_size_bytes.unwrap_or(0).max(0) as u64;
         let state_dir = self.inner.config.state_dir.clone();
         let id = task_id.to_owned();
-        let mut chunk = tokio::task::spawn_blocking(move || results::read_chunk(&state_dir, &id, size, offset, max_bytes))
-            .await
-            .map_err(|e| ToolError::internal("result read failed", e))??;
+        let mut chunk =
+            tokio::task::spawn_blocking(move || results::read_chunk(&state_dir, &id, size, offset, max_bytes))
+                .await
+                .map_err(|e| ToolError::internal("result read failed", e))??;
         chunk["task_id"] = json!(task_id);
         chunk["size_bytes"] = json!(size);
         chunk["sha256"] = json!(row.result_sha256);

@@ -6,12 +6,7 @@ use crate::{Fixture, texts};
 /// Runs `config check` on `text`; returns (exit code, stdout, stderr).
 fn check(fx: &Fixture, text: &str) -> (Option<i32>, String, String) {
     let env = fx.write("check.env", text);
-    let out = fx.run(&[
-        "config",
-        "check",
-        "--env-file",
-        env.to_str().expect("utf-8 path"),
-    ]);
+    let out = fx.run(&["config", "check", "--env-file", env.to_str().expect("utf-8 path")]);
     let (stdout, stderr) = texts(&out);
     (out.status.code(), stdout, stderr)
 }
@@ -19,21 +14,12 @@ fn check(fx: &Fixture, text: &str) -> (Option<i32>, String, String) {
 /// Asserts exit 2, nothing on stdout, and a refusal line per key (`KEY: …` saying `says`).
 fn assert_refused(fx: &Fixture, text: &str, expected: &[(&str, &str)]) {
     let (code, stdout, stderr) = check(fx, text);
-    assert_eq!(
-        code,
-        Some(2),
-        "config check must refuse:\n{text}\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(
-        stdout.is_empty(),
-        "a refusal prints nothing on stdout:\n{stdout}"
-    );
+    assert_eq!(code, Some(2), "config check must refuse:\n{text}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.is_empty(), "a refusal prints nothing on stdout:\n{stdout}");
     for (key, says) in expected {
         let prefix = format!("{key}: ");
         assert!(
-            stderr
-                .lines()
-                .any(|l| l.starts_with(&prefix) && l.contains(says)),
+            stderr.lines().any(|l| l.starts_with(&prefix) && l.contains(says)),
             "no refusal line naming {key} and saying {says:?}:\n{stderr}"
         );
     }
@@ -57,10 +43,7 @@ fn a_good_file_prints_the_effective_config() {
         format!("01 repo: {root}/repo (writable, agent mode workspace-write, runtimes fake)"),
         format!("02 docs: {root}/docs (read-only, agent mode review, runtimes fake)"),
     ] {
-        assert!(
-            stdout.contains(&expected),
-            "missing {expected:?} in:\n{stdout}"
-        );
+        assert!(stdout.contains(&expected), "missing {expected:?} in:\n{stdout}");
     }
     // Checking never creates anything.
     assert!(!fx.state_dir().exists() && !fx.socket().parent().expect("dir").exists());
@@ -73,10 +56,7 @@ fn a_misspelled_key_is_named_with_a_suggestion() {
     assert_refused(
         &fx,
         &text,
-        &[(
-            "SERVERFS_AGENT_TASK_TIMEOUT_SECOND",
-            "did you mean SERVERFS_AGENT_TASK_TIMEOUT_SECONDS",
-        )],
+        &[("SERVERFS_AGENT_TASK_TIMEOUT_SECOND", "did you mean SERVERFS_AGENT_TASK_TIMEOUT_SECONDS")],
     );
 }
 
@@ -98,14 +78,7 @@ fn a_non_integer_limit_is_refused() {
     let fx = Fixture::new();
     for value in ["1.5", "ten", "-5", "1e3", "+60"] {
         let text = fx.env_with(&[("SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", value)]);
-        assert_refused(
-            &fx,
-            &text,
-            &[(
-                "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS",
-                "not a positive whole number",
-            )],
-        );
+        assert_refused(&fx, &text, &[("SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", "not a positive whole number")]);
     }
 }
 
@@ -114,11 +87,7 @@ fn a_duplicate_alias_is_refused() {
     let fx = Fixture::new();
     // Aliases are compared case-insensitively.
     let text = fx.env_with(&[("WORKDIR_02_ALIAS", "REPO")]);
-    assert_refused(
-        &fx,
-        &text,
-        &[("WORKDIR_02_ALIAS", "already used by slot 01")],
-    );
+    assert_refused(&fx, &text, &[("WORKDIR_02_ALIAS", "already used by slot 01")]);
 }
 
 #[test]
@@ -133,10 +102,7 @@ fn a_missing_workdir_path_is_refused() {
 #[test]
 fn workspace_write_on_a_read_only_workdir_is_refused() {
     let fx = Fixture::new();
-    let text = fx.env_with(&[
-        ("WORKDIR_01_AGENT_MODE", "workspace-write"),
-        ("WORKDIR_01_READ_ONLY", "true"),
-    ]);
+    let text = fx.env_with(&[("WORKDIR_01_AGENT_MODE", "workspace-write"), ("WORKDIR_01_READ_ONLY", "true")]);
     assert_refused(&fx, &text, &[("WORKDIR_01_AGENT_MODE", "read-only")]);
 }
 
@@ -145,14 +111,7 @@ fn an_export_prefix_is_refused() {
     let fx = Fixture::new();
     let text = format!("{}export X=1\n", fx.env_with(&[]));
     let line = text.lines().count();
-    assert_refused(
-        &fx,
-        &text,
-        &[(
-            "X",
-            &format!("line {line}: the `export` prefix is not supported"),
-        )],
-    );
+    assert_refused(&fx, &text, &[("X", &format!("line {line}: the `export` prefix is not supported"))]);
 }
 
 #[test]
@@ -166,10 +125,7 @@ fn several_problems_are_all_listed() {
         ("WORKDIR_02_ALIAS", "repo"),
         ("WORKDIR_01_PATH", missing.to_str().expect("utf-8")),
         ("WORKDIR_03_ALIAS", "extra"),
-        (
-            "WORKDIR_03_PATH",
-            fx.root.join("docs").to_str().expect("utf-8"),
-        ),
+        ("WORKDIR_03_PATH", fx.root.join("docs").to_str().expect("utf-8")),
         ("WORKDIR_03_AGENT_MODE", "workspace-write"),
         ("WORKDIR_03_READ_ONLY", "true"),
         ("WORKDIR_03_AGENT_RUNTIMES", "fake"),
@@ -177,19 +133,12 @@ fn several_problems_are_all_listed() {
     let expected = [
         ("SERVERFS_AGENT_TASK_TIMEOUT_SECOND", "unknown key"),
         ("SERVERFS_AGENT_MAX_ACTIVE_TASKS", "at least 1"),
-        (
-            "SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS",
-            "not a positive whole number",
-        ),
+        ("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", "not a positive whole number"),
         ("WORKDIR_02_ALIAS", "already used"),
         ("WORKDIR_01_PATH", "does not exist"),
         ("WORKDIR_03_AGENT_MODE", "read-only"),
     ];
     assert_refused(&fx, &text, &expected);
     let (_, _, stderr) = check(&fx, &text);
-    assert_eq!(
-        stderr.lines().count(),
-        expected.len(),
-        "one line per problem, nothing else:\n{stderr}"
-    );
+    assert_eq!(stderr.lines().count(), expected.len(), "one line per problem, nothing else:\n{stderr}");
 }

@@ -33,12 +33,8 @@ impl Fixture {
     /// A fresh fixture.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Fixture {
-        let dir = tempfile::Builder::new()
-            .prefix("ab-cli-")
-            .tempdir()
-            .expect("temp dir");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-            .expect("chmod temp dir");
+        let dir = tempfile::Builder::new().prefix("ab-cli-").tempdir().expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod temp dir");
         let root = dir.path().canonicalize().expect("canonical temp dir");
         std::fs::create_dir_all(root.join("repo")).expect("repo");
         std::fs::create_dir_all(root.join("docs")).expect("docs");
@@ -59,20 +55,14 @@ impl Fixture {
     pub fn good_pairs(&self) -> Vec<(String, String)> {
         let root = self.root.display();
         let mut pairs: Vec<(String, String)> = [
-            (
-                "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR",
-                format!("{root}/run"),
-            ),
+            ("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR", format!("{root}/run")),
             ("SERVERFS_AGENT_LOCK_HOST_DIR", format!("{root}/locks")),
             ("SERVERFS_AGENT_BRIDGE_STATE_DIR", format!("{root}/state")),
             ("SERVERFS_AGENT_ENABLE_FAKE_RUNTIME", "true".into()),
             ("SERVERFS_AGENT_MAX_ACTIVE_TASKS", "3".into()),
             ("WORKDIR_01_ALIAS", "repo".into()),
             ("WORKDIR_01_PATH", format!("{root}/repo")),
-            (
-                "WORKDIR_01_DESCRIPTION",
-                "A writable test repository".into(),
-            ),
+            ("WORKDIR_01_DESCRIPTION", "A writable test repository".into()),
             ("WORKDIR_01_READ_ONLY", "false".into()),
             ("WORKDIR_01_AGENT_MODE", "workspace-write".into()),
             ("WORKDIR_01_AGENT_RUNTIMES", "fake".into()),
@@ -115,10 +105,7 @@ impl Fixture {
     /// reaches the real home.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
-        cmd.args(args)
-            .env("HOME", &self.root)
-            .env_remove("AGENT_BRIDGE_LOG")
-            .stdin(Stdio::null());
+        cmd.args(args).env("HOME", &self.root).env_remove("AGENT_BRIDGE_LOG").stdin(Stdio::null());
         cmd
     }
 
@@ -131,11 +118,7 @@ impl Fixture {
 /// Runs `cmd` and returns its output; kills it and fails the test if it has not exited
 /// `within` (a command that should end must not hang the suite).
 pub fn run_bounded(mut cmd: Command, within: Duration) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start agent-bridge");
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start agent-bridge");
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -152,21 +135,13 @@ pub fn run_bounded(mut cmd: Command, within: Duration) -> Output {
 
 /// Stdout and stderr as text.
 pub fn texts(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Asserts the exit code, with both streams in the failure message.
 pub fn assert_exit(out: &Output, code: i32) {
     let (stdout, stderr) = texts(out);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "exit status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
+    assert_eq!(out.status.code(), Some(code), "exit status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
 }
 
 /// Polls (bounded) until `done()` holds.
@@ -174,11 +149,7 @@ pub fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) 
     let deadline = Instant::now() + within;
     let mut pause = Duration::from_millis(5);
     while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {} s",
-            within.as_secs()
-        );
+        assert!(Instant::now() < deadline, "{what}: not within {} s", within.as_secs());
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }
@@ -186,9 +157,5 @@ pub fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) 
 
 /// The mode bits of a path.
 pub fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path)
-        .expect("stat")
-        .permissions()
-        .mode()
-        & 0o777
+    std::fs::symlink_metadata(path).expect("stat").permissions().mode() & 0o777
 }

@@ -35,8 +35,7 @@ fn render_writes_a_private_file_that_serve_runs_with() {
     assert_exit(&out, 0);
     assert!(texts(&out).0.contains("wrote"), "{}", texts(&out).0);
     assert_eq!(mode(&output), 0o600, "the rendered config is private");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&output).expect("read")).expect("JSON");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&output).expect("read")).expect("JSON");
     assert_eq!(json["socket_path"], fx.socket().to_str().expect("utf-8"));
     assert_eq!(json["limits"]["max_active_tasks"], 3);
 
@@ -49,45 +48,25 @@ fn render_writes_a_private_file_that_serve_runs_with() {
         .expect("start serve");
     let mut daemon = Daemon(Some(child));
     let serve_log = || std::fs::read_to_string(fx.root.join("serve.log")).unwrap_or_default();
-    wait_until(
-        "the bridge answers `health`",
-        Duration::from_secs(30),
-        || {
-            if let Some(status) = daemon.0.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("serve --config exited ({status}):\n{}", serve_log());
-            }
-            // The client finds the socket through the same rendered file.
-            fx.run(&["health", "--config", output.to_str().expect("utf-8")])
-                .status
-                .success()
-        },
-    );
+    wait_until("the bridge answers `health`", Duration::from_secs(30), || {
+        if let Some(status) = daemon.0.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            panic!("serve --config exited ({status}):\n{}", serve_log());
+        }
+        // The client finds the socket through the same rendered file.
+        fx.run(&["health", "--config", output.to_str().expect("utf-8")]).status.success()
+    });
     let out = fx.run(&["health", "--config", output.to_str().expect("utf-8")]);
-    assert!(
-        texts(&out).0.starts_with("ok: agent-bridge"),
-        "{}",
-        texts(&out).0
-    );
+    assert!(texts(&out).0.starts_with("ok: agent-bridge"), "{}", texts(&out).0);
 
     let mut child = daemon.0.take().expect("running");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .expect("SIGTERM");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
-    let status = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("serve stops on SIGTERM")
-        .expect("wait");
-    assert!(
-        status.success(),
-        "serve exits 0 on SIGTERM ({status}):\n{}",
-        serve_log()
-    );
+    let status = rx.recv_timeout(Duration::from_secs(60)).expect("serve stops on SIGTERM").expect("wait");
+    assert!(status.success(), "serve exits 0 on SIGTERM ({status}):\n{}", serve_log());
     assert!(!fx.socket().exists(), "an orderly stop removes the socket");
 }
 
@@ -108,16 +87,8 @@ fn render_refuses_to_write_through_a_symlink() {
     ]);
     assert_exit(&out, 2);
     assert!(texts(&out).1.contains("symbolic link"), "{}", texts(&out).1);
-    assert_eq!(
-        std::fs::read_to_string(&target).expect("target"),
-        "precious\n"
-    );
-    assert!(
-        std::fs::symlink_metadata(&link)
-            .expect("link")
-            .file_type()
-            .is_symlink()
-    );
+    assert_eq!(std::fs::read_to_string(&target).expect("target"), "precious\n");
+    assert!(std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink());
 
     // A dangling link is refused too, and its target is not created.
     let nowhere = fx.root.join("nowhere.json");
@@ -161,10 +132,7 @@ fn a_refused_env_leaves_the_existing_output_unchanged() {
     };
     let listing = entries();
 
-    let bad = fx.write(
-        "bad.env",
-        &fx.env_with(&[("SERVERFS_AGENT_MAX_ACTIVE_TASKS", "0")]),
-    );
+    let bad = fx.write("bad.env", &fx.env_with(&[("SERVERFS_AGENT_MAX_ACTIVE_TASKS", "0")]));
     let out = fx.run(&[
         "config",
         "render",
@@ -174,21 +142,9 @@ fn a_refused_env_leaves_the_existing_output_unchanged() {
         output.to_str().expect("utf-8"),
     ]);
     assert_exit(&out, 2);
-    assert!(
-        texts(&out).1.contains("SERVERFS_AGENT_MAX_ACTIVE_TASKS"),
-        "{}",
-        texts(&out).1
-    );
-    assert_eq!(
-        std::fs::read(&output).expect("output"),
-        before,
-        "the output changed"
-    );
-    assert_eq!(
-        std::fs::metadata(&output).expect("stat").ino(),
-        inode,
-        "the output was replaced"
-    );
+    assert!(texts(&out).1.contains("SERVERFS_AGENT_MAX_ACTIVE_TASKS"), "{}", texts(&out).1);
+    assert_eq!(std::fs::read(&output).expect("output"), before, "the output changed");
+    assert_eq!(std::fs::metadata(&output).expect("stat").ino(), inode, "the output was replaced");
     assert_eq!(mode(&output), 0o600);
     let mut after = entries();
     after.retain(|n| n != "bad.env");

@@ -5,17 +5,10 @@ use crate::{Fixture, assert_exit, texts};
 #[test]
 fn serve_with_a_bad_env_exits_2_without_creating_anything() {
     let fx = Fixture::new();
-    let env = fx.write(
-        "bad.env",
-        &fx.env_with(&[("SERVERFS_AGENT_TASK_TIMEOUT_SECOND", "5")]),
-    );
+    let env = fx.write("bad.env", &fx.env_with(&[("SERVERFS_AGENT_TASK_TIMEOUT_SECOND", "5")]));
     let out = fx.run(&["serve", "--env-file", env.to_str().expect("utf-8")]);
     assert_exit(&out, 2);
-    assert!(
-        texts(&out).1.contains("SERVERFS_AGENT_TASK_TIMEOUT_SECOND"),
-        "{}",
-        texts(&out).1
-    );
+    assert!(texts(&out).1.contains("SERVERFS_AGENT_TASK_TIMEOUT_SECOND"), "{}", texts(&out).1);
     assert!(!fx.state_dir().exists(), "the state dir was created");
     assert!(!fx.root.join("run").exists(), "the socket dir was created");
     assert!(!fx.root.join("locks").exists(), "the lock dir was created");

@@ -16,10 +16,7 @@ fn a_missing_socket_exits_3_with_agent_bridge_unavailable() {
         let out = fx.run(&args);
         assert_exit(&out, 3);
         let (stdout, stderr) = texts(&out);
-        assert!(
-            stderr.starts_with("AGENT_BRIDGE_UNAVAILABLE: "),
-            "{args:?}: {stderr}"
-        );
+        assert!(stderr.starts_with("AGENT_BRIDGE_UNAVAILABLE: "), "{args:?}: {stderr}");
         assert!(stdout.is_empty(), "{args:?}: {stdout}");
     }
 }
@@ -38,13 +35,7 @@ fn help_lists_the_commands() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     for command in ["serve", "config", "keys", "tasks", "health"] {
-        assert!(
-            commands.contains(&command),
-            "{command} missing from:\n{stdout}"
-        );
+        assert!(commands.contains(&command), "{command} missing from:\n{stdout}");
     }
-    assert!(
-        !commands.contains(&"fake-agent"),
-        "the fake runtime's entry point is hidden:\n{stdout}"
-    );
+    assert!(!commands.contains(&"fake-agent"), "the fake runtime's entry point is hidden:\n{stdout}");
 }

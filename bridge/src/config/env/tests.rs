@@ -22,14 +22,7 @@ impl Fixture {
         std::fs::create_dir_all(home.join("work/alpha"))?;
         std::fs::create_dir_all(home.join("work/beta"))?;
         std::fs::write(home.join("work/file.txt"), "not a directory")?;
-        Ok(Fixture {
-            dir,
-            context: Context {
-                home,
-                uid: 1000,
-                gid: 1000,
-            },
-        })
+        Ok(Fixture { dir, context: Context { home, uid: 1000, gid: 1000 } })
     }
 
     fn home(&self) -> &Path {
@@ -39,11 +32,8 @@ impl Fixture {
     /// Replaces `$HOME` with the fixture's home, and `$ALPHA` with the two lines that declare
     /// slot 01 as `alpha` on `$HOME/work/alpha`.
     fn expand(&self, text: &str) -> String {
-        text.replace(
-            "$ALPHA",
-            "WORKDIR_01_ALIAS=alpha\nWORKDIR_01_PATH=$HOME/work/alpha",
-        )
-        .replace("$HOME", &self.home().display().to_string())
+        text.replace("$ALPHA", "WORKDIR_01_ALIAS=alpha\nWORKDIR_01_PATH=$HOME/work/alpha")
+            .replace("$HOME", &self.home().display().to_string())
     }
 
     /// Writes `text` as `.env` and validates it.
@@ -69,9 +59,7 @@ impl Fixture {
 /// Asserts that some refusal names `key` and says `expected`.
 fn assert_refused(refusals: &[Refusal], key: &str, expected: &str, case: &str) {
     assert!(
-        refusals
-            .iter()
-            .any(|r| r.key.as_deref() == Some(key) && r.message.contains(expected)),
+        refusals.iter().any(|r| r.key.as_deref() == Some(key) && r.message.contains(expected)),
         "{case}: no refusal of {key} saying {expected:?}; got:\n{}",
         Refusals(refusals.to_vec())
     );
@@ -100,29 +88,14 @@ fn an_empty_env_gives_the_defaults() -> TestResult {
     let report = fixture.load("")?;
     let home = fixture.home();
     let config = &report.config;
-    assert_eq!(
-        config.socket_path,
-        home.join(".local/share/agent-bridge/runtime/socket/bridge.sock")
-    );
-    assert_eq!(
-        config.lock_dir,
-        home.join(".local/share/agent-bridge/runtime/locks")
-    );
+    assert_eq!(config.socket_path, home.join(".local/share/agent-bridge/runtime/socket/bridge.sock"));
+    assert_eq!(config.lock_dir, home.join(".local/share/agent-bridge/runtime/locks"));
     assert_eq!(config.state_dir, home.join(".local/state/agent-bridge"));
-    assert_eq!(
-        (config.allowed_peer_uid, config.allowed_peer_gid),
-        (None, None)
-    );
+    assert_eq!((config.allowed_peer_uid, config.allowed_peer_gid), (None, None));
     assert!(!config.allow_root && !config.enable_fake_runtime);
     assert_eq!(config.limits, Limits::default());
     assert_eq!(config.mcp_auth, McpAuth::default());
-    assert_eq!(
-        config.codex,
-        RuntimeBinary {
-            bin: None,
-            home: Some(home.join(".codex"))
-        }
-    );
+    assert_eq!(config.codex, RuntimeBinary { bin: None, home: Some(home.join(".codex")) });
     assert_eq!(config.claude, RuntimeBinary::default());
     assert!(config.workdirs.is_empty());
     assert_eq!(report.other.mcp_listen.to_string(), "127.0.0.1:8765");
@@ -209,10 +182,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
             bin: Some(PathBuf::from("/usr/local/bin/codex")),
             home: Some(home.join(".codex-bridge")),
         },
-        claude: RuntimeBinary {
-            bin: Some(home.join(".local/bin/claude")),
-            home: Some(PathBuf::from("/opt/claude")),
-        },
+        claude: RuntimeBinary { bin: Some(home.join(".local/bin/claude")), home: Some(PathBuf::from("/opt/claude")) },
         workdirs: vec![
             Workdir {
                 slot: 1,
@@ -245,32 +215,18 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
     };
     assert_eq!(report.config, expected);
     let other = &report.other;
-    assert_eq!(
-        other.bridge_socket,
-        Some(PathBuf::from("/run/agent-bridge/bridge.sock"))
-    );
+    assert_eq!(other.bridge_socket, Some(PathBuf::from("/run/agent-bridge/bridge.sock")));
     assert_eq!(other.bridge_timeout_seconds, 45);
     assert_eq!(other.mcp_listen.to_string(), "0.0.0.0:9000");
     assert_eq!(other.board_addr.to_string(), "[::1]:7000");
     assert_eq!(other.allowed_hosts, vec!["mcp.example.com", "localhost"]);
-    assert_eq!(
-        other.allowed_origins,
-        vec!["https://chatgpt.com", "https://claude.ai"]
-    );
+    assert_eq!(other.allowed_origins, vec!["https://chatgpt.com", "https://claude.ai"]);
     assert_eq!(other.log_level, "DEBUG");
     assert!(report.ignored.is_empty());
 
     let shown = report.to_string();
-    for expected in [
-        "uid 1001, gid 1000 (the bridge's own)",
-        "02 beta-2:",
-        "tunnel mode",
-        "off",
-    ] {
-        assert!(
-            shown.contains(expected),
-            "{expected:?} missing from:\n{shown}"
-        );
+    for expected in ["uid 1001, gid 1000 (the bridge's own)", "02 beta-2:", "tunnel mode", "off"] {
+        assert!(shown.contains(expected), "{expected:?} missing from:\n{shown}");
     }
     Ok(())
 }
@@ -372,12 +328,7 @@ fn the_serverfs_example_shape_is_accepted_with_its_ignored_keys() -> TestResult 
     assert_eq!(projects.agent_mode, AgentMode::Disabled);
 
     let ignored = |kind: IgnoredKind| -> Vec<&str> {
-        report
-            .ignored
-            .iter()
-            .filter(|k| k.kind == kind)
-            .map(|k| k.key.as_str())
-            .collect()
+        report.ignored.iter().filter(|k| k.kind == kind).map(|k| k.key.as_str()).collect()
     };
     let serverfs = ignored(IgnoredKind::ServerFs);
     for key in [
@@ -388,20 +339,10 @@ fn the_serverfs_example_shape_is_accepted_with_its_ignored_keys() -> TestResult 
         "WORKDIR_01_MAX_READ_BYTES",
         "WORKDIR_16_MAX_BINARY_TRANSFER_BYTES",
     ] {
-        assert!(
-            serverfs.contains(&key),
-            "{key} not reported as an ignored ServerFS key"
-        );
+        assert!(serverfs.contains(&key), "{key} not reported as an ignored ServerFS key");
     }
-    let catalog = keys::KEYS
-        .iter()
-        .filter(|spec| spec.owner == Owner::ServerFsIgnored && !spec.is_per_slot())
-        .count();
-    assert_eq!(
-        serverfs.len(),
-        catalog + 16 * 8,
-        "every ignored ServerFS key is reported"
-    );
+    let catalog = keys::KEYS.iter().filter(|spec| spec.owner == Owner::ServerFsIgnored && !spec.is_per_slot()).count();
+    assert_eq!(serverfs.len(), catalog + 16 * 8, "every ignored ServerFS key is reported");
     let others = ignored(IgnoredKind::OtherProgram);
     assert_eq!(
         others,
@@ -419,14 +360,8 @@ fn the_serverfs_example_shape_is_accepted_with_its_ignored_keys() -> TestResult 
     );
     let shown = report.to_string();
     assert!(shown.contains("ignored ServerFS keys"), "{shown}");
-    assert!(
-        shown.contains("  OPENAI_TUNNEL_IMAGE, CONTROL_PLANE_BASE_URL,"),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("WORKDIR_NN_MAX_READ_BYTES,") && shown.contains("(in slots 01-16)"),
-        "{shown}"
-    );
+    assert!(shown.contains("  OPENAI_TUNNEL_IMAGE, CONTROL_PLANE_BASE_URL,"), "{shown}");
+    assert!(shown.contains("WORKDIR_NN_MAX_READ_BYTES,") && shown.contains("(in slots 01-16)"), "{shown}");
     Ok(())
 }
 
@@ -453,10 +388,7 @@ fn lifecycle_limits_are_strict_positive_integers() -> TestResult {
 #[test]
 fn workdir_slots_are_checked() -> TestResult {
     let fixture = Fixture::new()?;
-    let long_alias = format!(
-        "WORKDIR_01_ALIAS={}\nWORKDIR_01_PATH=$HOME/work/alpha\n",
-        "a".repeat(33)
-    );
+    let long_alias = format!("WORKDIR_01_ALIAS={}\nWORKDIR_01_PATH=$HOME/work/alpha\n", "a".repeat(33));
     #[rustfmt::skip]
     let cases = [
         ("WORKDIR_01_ALIAS=proj\nWORKDIR_01_PATH=$HOME/work/alpha\n\
@@ -601,11 +533,7 @@ fn every_problem_is_reported_at_once() -> TestResult {
     assert_eq!(refusals.len(), 8, "{}", Refusals(refusals.clone()));
     let shown = Refusals(refusals).to_string();
     assert_eq!(shown.lines().count(), 8);
-    assert!(
-        shown
-            .lines()
-            .all(|line| line.starts_with("SERVERFS_") || line.starts_with("WORKDIR_"))
-    );
+    assert!(shown.lines().all(|line| line.starts_with("SERVERFS_") || line.starts_with("WORKDIR_")));
 
     let syntax = fixture.refusals("A=1\nexport B=2\nC='open\nA=3\n");
     assert_eq!(syntax.len(), 3, "{}", Refusals(syntax.clone()));
@@ -620,27 +548,16 @@ fn secret_values_never_appear() -> TestResult {
                    CONTROL_PLANE_API_KEY=s3cr3t-control\n\
                    GITHUB_TOKEN=\"s3cr3t-token\"\n";
     let report = fixture.load(secrets)?;
-    assert!(
-        !format!("{report}\n{report:?}").contains("s3cr3t"),
-        "{report}"
-    );
+    assert!(!format!("{report}\n{report:?}").contains("s3cr3t"), "{report}");
 
     let invalid = format!(
         "{secrets}SERVERFS_API_TOKEN=s3cr3t-typo\nSERVERFS_JEV_API_KEYS=s3cr3t-near\n\
          SERVERFS_AGENT_TASK_TIMEOUT_SECONDS=0\n"
     );
     let refusals = Refusals(fixture.refusals(&invalid));
-    assert_refused(
-        &refusals.0,
-        "SERVERFS_JEV_API_KEYS",
-        "did you mean SERVERFS_JEV_API_KEY?",
-        "typo",
-    );
+    assert_refused(&refusals.0, "SERVERFS_JEV_API_KEYS", "did you mean SERVERFS_JEV_API_KEY?", "typo");
     assert_refused(&refusals.0, "SERVERFS_API_TOKEN", "unknown key", "typo");
-    assert!(
-        !format!("{refusals}\n{refusals:?}").contains("s3cr3t"),
-        "{refusals}"
-    );
+    assert!(!format!("{refusals}\n{refusals:?}").contains("s3cr3t"), "{refusals}");
 
     for broken in [
         "MY_SECRET=\"s3cr3t-escape\\q\"\n",
@@ -650,10 +567,7 @@ fn secret_values_never_appear() -> TestResult {
         "export MY_SECRET=s3cr3t-export\n",
     ] {
         let refusals = Refusals(fixture.refusals(broken));
-        assert!(
-            !format!("{refusals}\n{refusals:?}").contains("s3cr3t"),
-            "{refusals}"
-        );
+        assert!(!format!("{refusals}\n{refusals:?}").contains("s3cr3t"), "{refusals}");
     }
     Ok(())
 }
@@ -691,16 +605,10 @@ fn check_rules_reports_every_broken_rule_of_a_loaded_config() -> TestResult {
         ("limits.result_spool_threshold_bytes", "at most 8388608"),
         ("limits.event_idle_timeout_seconds", "at least 1"),
         ("workdirs[0].runtimes", "fake needs enable_fake_runtime"),
-        (
-            "workdirs[0].runtimes",
-            "a writable mode on a read-only workdir",
-        ),
+        ("workdirs[0].runtimes", "a writable mode on a read-only workdir"),
         ("workdirs[1].alias", "used twice"),
         ("workdirs[1].path", "does not exist"),
-        (
-            "workdirs[1].runtimes",
-            "must be empty when the agent mode is disabled",
-        ),
+        ("workdirs[1].runtimes", "must be empty when the agent mode is disabled"),
     ] {
         assert_refused(&refusals.0, field, expected, "check_rules");
     }
@@ -712,10 +620,7 @@ fn refusals_display_one_line_each() {
     let mut refusals = Refusals::default();
     refusals.push(Some("SERVERFS_AGENT_MODE"), "\"x\" is not an agent mode");
     refusals.push(None, "cannot read .env");
-    assert_eq!(
-        refusals.to_string(),
-        "SERVERFS_AGENT_MODE: \"x\" is not an agent mode\ncannot read .env"
-    );
+    assert_eq!(refusals.to_string(), "SERVERFS_AGENT_MODE: \"x\" is not an agent mode\ncannot read .env");
     assert!(Refusals::default().into_result(()).is_ok());
 }
 
@@ -723,9 +628,7 @@ fn refusals_display_one_line_each() {
 fn an_unreadable_file_is_refused_clearly() -> TestResult {
     let fixture = Fixture::new()?;
     let missing = fixture.home().join("no-such.env");
-    let refusals = from_env_file_with(&missing, &fixture.context)
-        .err()
-        .unwrap_or_default();
+    let refusals = from_env_file_with(&missing, &fixture.context).err().unwrap_or_default();
     assert_eq!(refusals.0.len(), 1);
     assert!(refusals.to_string().contains("cannot read"), "{refusals}");
     Ok(())
