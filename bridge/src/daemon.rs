@@ -49,6 +49,9 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         bail!("another agent-bridge already runs with the state directory {}", config.state_dir.display());
     }
 
+    if let Err(e) = crate::provider::process::become_subreaper() {
+        tracing::warn!(cause = %e, "cannot become a child subreaper; orphans of agents will be reparented to init");
+    }
     let store = Arc::new(Store::open(&config.state_dir).context("cannot open the store")?);
     let leases = Leases::open(&config.lock_dir).map_err(anyhow::Error::msg).context("lock directory")?;
     let keys = KeyCache::default();
@@ -96,6 +99,25 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     }
     tracing::info!(socket = %config.socket_path.display(), workdirs = config.workdirs.len(), "agent-bridge is ready");
 
+    let reaper = shutdown.clone();
+    background.spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut children) = signal(SignalKind::child()) else {
+            tracing::error!("cannot watch SIGCHLD; orphans reparented to the bridge stay zombies");
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = children.recv() => {
+                    let reaped = tokio::task::spawn_blocking(crate::provider::process::reap_orphans).await.unwrap_or(0);
+                    if reaped > 0 {
+                        tracing::debug!(reaped, "reaped orphaned descendants");
+                    }
+                }
+                _ = reaper.cancelled() => return,
+            }
+        }
+    });
     let signals = shutdown.clone();
     background.spawn(async move {
         tokio::select! {

@@ -145,9 +145,27 @@ pub enum TasksCommand {
     },
 }
 
+/// `agent-bridge guards …`
+#[derive(Debug, Subcommand)]
+pub enum GuardsCommand {
+    /// Show every workdir's lease and guard.
+    List,
+    /// Remove a workdir's guard without proof, after checking by hand that no process of its
+    /// task runs (look for `AGENT_BRIDGE_TASK=<task id>` in /proc/*/environ). Audited.
+    Clear {
+        /// The workdir alias.
+        workdir: String,
+        /// Required: you take responsibility for the missing proof.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
 /// What to run.
 #[derive(Debug)]
 pub enum Action {
+    /// Recovery guards.
+    Guards(GuardsCommand),
     /// Key management.
     Keys(KeysCommand),
     /// Task commands.
@@ -287,6 +305,44 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
             show(json_mode, &v, |v| format!("revoked {} ({})", s(&v["name"]), s(&v["key_id"])));
         }
         Action::Tasks(command) => tasks(client, command, json_mode).await?,
+        Action::Guards(GuardsCommand::List) => {
+            let v = call(client, "admin_workdir_status", json!({})).await?;
+            show(json_mode, &v, |v| {
+                let rows: Vec<Vec<String>> = v["workdirs"]
+                    .as_array()
+                    .map(|ws| {
+                        ws.iter()
+                            .map(|w| {
+                                vec![
+                                    s(&w["alias"]),
+                                    s(&w["state"]),
+                                    s(&w["lease_holder"]),
+                                    s(&w["guard"]["task_id"]),
+                                    s(&w["guard"]["proof"]["missing"]),
+                                ]
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                output::table(&["WORKDIR", "STATE", "LEASE HOLDER", "GUARD TASK", "MISSING PROOF"], &rows)
+            });
+        }
+        Action::Guards(GuardsCommand::Clear { workdir, force }) => {
+            if !force {
+                return Err(Failure::Usage(
+                    "clearing a guard without proof needs --force (check first that no process of its task runs)"
+                        .into(),
+                ));
+            }
+            let v = call(client, "admin_clear_guard", json!({ "workdir": workdir, "force": true })).await?;
+            show(json_mode, &v, |v| {
+                if v["cleared"] == true {
+                    format!("cleared the guard of {} (task {})", s(&v["workdir"]), s(&v["task_id"]))
+                } else {
+                    format!("{}: {}", s(&v["workdir"]), s(&v["detail"]))
+                }
+            });
+        }
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod client;
+mod doctor;
 mod output;
 
 /// Exit codes.
@@ -88,6 +89,18 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Check files, permissions, the socket and every workdir's lease and recovery guard.
+    Doctor {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Recovery guards: list them, or clear one by hand.
+    Guards {
+        #[command(subcommand)]
+        command: client::GuardsCommand,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Check that the bridge answers.
     Health {
         #[command(flatten)]
@@ -163,7 +176,24 @@ pub fn main() -> ExitCode {
         Command::Keys { command, target } => client::run(target, client::Action::Keys(command)),
         Command::Tasks { command, target } => client::run(target, client::Action::Tasks(command)),
         Command::Health { target } => client::run(target, client::Action::Health),
+        Command::Guards { command, target } => client::run(target, client::Action::Guards(command)),
+        Command::Doctor { target } => {
+            let config = target_config(&target);
+            doctor::run(target, config)
+        }
     }
+}
+
+/// The configuration a client command's flags point at (the defaults when none does).
+fn target_config(target: &Target) -> Result<crate::config::BridgeConfig, String> {
+    if let Some(path) = &target.config {
+        return crate::config::load_json(path).map_err(|e| e.to_string());
+    }
+    if let Some(path) = &target.env_file {
+        return crate::config::env::from_env_file(path).map(|r| r.config).map_err(|r| r.to_string());
+    }
+    let context = crate::config::env::Context::current().map_err(|r| r.to_string())?;
+    crate::config::env::from_pairs(&[], &context).map(|r| r.config).map_err(|r| r.to_string())
 }
 
 fn refuse(message: &str) -> ExitCode {

@@ -6,9 +6,11 @@
 //! task started. A stop is *proven* when the leader was reaped and no process carrying the
 //! marker remains.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
@@ -88,6 +90,44 @@ impl StopProof {
     }
 }
 
+/// Leaders spawned here whose exit status tokio has not collected yet: the orphan reaper
+/// must never wait for these (it would steal the status the stop proof relies on).
+static LEADERS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+fn leaders() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    LEADERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes this process a child subreaper: descendants whose parent dies (an agent's stray
+/// background command, a `setsid` grandchild) are reparented to the bridge instead of init, so
+/// the bridge sees them and reaps them.
+pub fn become_subreaper() -> nix::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true)
+}
+
+/// Reaps every exited child of this process that is not a leader tokio is waiting for
+/// (orphans reparented to the subreaper); returns how many. Blocking (reads `/proc`).
+pub fn reap_orphans() -> usize {
+    let leaders = leaders();
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    let mut reaped = 0;
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if leaders.contains(&pid) {
+            continue;
+        }
+        let is_our_zombie =
+            stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s == "Z") && f.get(1) == Some(&me));
+        if is_our_zombie
+            && nix::sys::wait::waitpid(Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG)).is_ok()
+        {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
 /// Starts `spec` in a new process group with a decided environment.
 pub fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     let mut cmd = Command::new(&spec.program);
@@ -101,11 +141,15 @@ pub fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // Registered under the lock the reaper takes, so it never sees the new leader unregistered.
+    let mut leaders = leaders();
     let mut child = cmd.spawn()?;
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| std::io::Error::other("the child exited before its pid could be read"))?;
+    leaders.insert(pid);
+    drop(leaders);
     let take = |what: &str| std::io::Error::other(format!("the child's {what} pipe is missing"));
     let stdin = child.stdin.take().ok_or_else(|| take("stdin"))?;
     let stdout = child.stdout.take().ok_or_else(|| take("stdout"))?;
@@ -137,8 +181,11 @@ impl Supervised {
             let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
             status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await.ok().and_then(Result::ok);
         }
-        // The group may hold more than the leader; end it whatever the leader did.
-        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        if status.is_some() {
+            leaders().remove(&self.pid);
+        }
+        // Whatever the leader did, every other process of the task (its group, and anything
+        // that left the group with `setsid`) carries the marker: the sweep ends them all.
         let (survivors_killed, remaining) = sweep_marker(&self.task_id).await;
         use std::os::unix::process::ExitStatusExt;
         StopProof {
@@ -159,7 +206,11 @@ impl Supervised {
 /// Kills every process carrying the marker for `task_id` (TERM, a short wait, then KILL) and
 /// returns how many were found and which remain.
 pub async fn sweep_marker(task_id: &str) -> (usize, Vec<i32>) {
-    let found = marker_pids(task_id);
+    let scan = |id: &str| {
+        let id = id.to_owned();
+        async move { tokio::task::spawn_blocking(move || marker_pids(&id)).await.unwrap_or_default() }
+    };
+    let found = scan(task_id).await;
     if found.is_empty() {
         return (0, Vec::new());
     }
@@ -170,14 +221,14 @@ pub async fn sweep_marker(task_id: &str) -> (usize, Vec<i32>) {
     let mut left = found.clone();
     while !left.is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        left = marker_pids(task_id);
+        left = scan(task_id).await;
     }
     for pid in &left {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
     loop {
-        let remaining = marker_pids(task_id);
+        let remaining = scan(task_id).await;
         if remaining.is_empty() || tokio::time::Instant::now() >= deadline {
             return (found.len(), remaining);
         }

@@ -296,6 +296,15 @@ struct RevokeKeyArgs {
     name: String,
 }
 
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ClearGuardArgs {
+    /// The workdir alias whose guard to remove.
+    workdir: String,
+    /// Must be true: you have checked that no process of the guard's task still runs.
+    force: bool,
+}
+
 const WRITE: Annotations = Annotations { read_only: false, destructive: true, idempotent: false, open_world: true };
 
 fn meta(name: &'static str, scope: Scope, min_role: Role, description: &'static str, annotations: Annotations) -> Meta {
@@ -589,6 +598,33 @@ pub(super) fn all() -> Vec<Capability> {
                     })
                     .collect();
                 Ok(json!({ "rows": rows, "next_before_audit_id": next }))
+            },
+        ),
+        Capability::new(
+            meta(
+                "admin_workdir_status",
+                Scope::Read,
+                Role::Admin,
+                "Shows each workdir's writer lease and recovery guard, and what a guard's proof of stop still lacks.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, _: NoArgs| async move { tasks(&ctx).workdir_status().await },
+        ),
+        Capability::new(
+            local(
+                "admin_clear_guard",
+                Scope::Write,
+                "Removes a workdir's recovery guard without proof, after you checked by hand that the task's processes are gone.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: false },
+            ),
+            |ctx: CallCtx, a: ClearGuardArgs| async move {
+                if !a.force {
+                    return Err(ToolError::invalid(
+                        "force",
+                        "must be true: clearing a guard without proof is the operator's call",
+                    ));
+                }
+                tasks(&ctx).clear_guard_forced(&a.workdir, &ctx.principal.name).await
             },
         ),
         Capability::new(

@@ -123,6 +123,20 @@ impl Store {
         Ok(Store { path, writer: Mutex::new(writer), readers: Mutex::new(Vec::new()) })
     }
 
+    /// Opens an existing store read-only, without migrating (for `agent-bridge doctor` while
+    /// the bridge is down). Any write through it fails.
+    pub fn open_read_only(state_dir: &Path) -> Result<Store, StoreError> {
+        let path = state_dir.join(DB_FILE);
+        let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let known = schema::MIGRATIONS.len() as i64;
+        if found > known {
+            return Err(StoreError::TooNew { found, known });
+        }
+        Ok(Store { path, writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) })
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -29,6 +29,7 @@ pub mod recovery;
 pub mod redact;
 pub mod results;
 mod runner;
+mod status;
 mod submit;
 mod views;
 pub mod watch;
@@ -58,6 +59,8 @@ struct Active {
     cancel: CancellationToken,
     control: mpsc::Sender<Control>,
     runtime: RuntimeName,
+    /// The workdir whose writer lease this task holds, if it is a writer.
+    writes: Option<String>,
 }
 
 /// Everything the service needs, shared by its handle and the runners.

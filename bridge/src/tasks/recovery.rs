@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Inner, TaskService, results};
 use crate::error::code;
@@ -19,7 +19,7 @@ pub fn proof_json(m: &ProofMaterial) -> String {
     json!({ "pid": m.pid, "start_ticks": m.start_ticks, "marker": m.marker }).to_string()
 }
 
-fn parse_proof(text: &str) -> Option<ProofMaterial> {
+pub(super) fn parse_proof(text: &str) -> Option<ProofMaterial> {
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
     Some(ProofMaterial {
         pid: i32::try_from(v.get("pid")?.as_i64()?).ok()?,
@@ -43,6 +43,30 @@ pub fn provider_stopped(guard: &GuardRow) -> bool {
         return false;
     }
     marker_pids(&guard.task_id).is_empty()
+}
+
+/// What is known about the provider behind a guard (blocking: reads `/proc`).
+pub fn guard_proof(guard: &GuardRow) -> Value {
+    let material = guard.proof_json.as_deref().and_then(parse_proof);
+    let leader = material.as_ref().map(|m| (m.pid, leader_alive(m)));
+    let markers = marker_pids(&guard.task_id);
+    let proven = provider_stopped(guard);
+    let missing = if proven {
+        None
+    } else if guard.proof_json.is_some() && material.is_none() {
+        Some("the recorded proof material is unreadable".to_owned())
+    } else if leader.is_some_and(|(_, alive)| alive) {
+        Some("the provider's process group leader still runs".to_owned())
+    } else {
+        Some(format!("{} process(es) still carry the task's marker AGENT_BRIDGE_TASK", markers.len()))
+    };
+    json!({
+        "leader_pid": leader.map(|(pid, _)| pid),
+        "leader_alive": leader.map(|(_, alive)| alive),
+        "marker_processes": markers,
+        "proven_stopped": proven,
+        "missing": missing,
+    })
 }
 
 impl Inner {

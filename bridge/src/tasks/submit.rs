@@ -244,11 +244,15 @@ impl TaskService {
         // Not a child of the shutdown token: at shutdown the terminal state is persisted
         // first, and only then is each runner cancelled (`TaskService::shutdown`).
         let cancel = tokio_util::sync::CancellationToken::new();
-        inner
-            .active
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(row.task_id.clone(), Active { cancel: cancel.clone(), control: control_tx, runtime: req.runtime });
+        inner.active.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            row.task_id.clone(),
+            Active {
+                cancel: cancel.clone(),
+                control: control_tx,
+                runtime: req.runtime,
+                writes: writer.then(|| workdir.alias.clone()),
+            },
+        );
         let job = runner::Job {
             inner: Arc::clone(inner),
             task: row.clone(),

@@ -1,0 +1,200 @@
+//! `agent-bridge doctor`: what an operator needs to see before trusting the bridge — the
+//! configuration's files and permissions, whether the bridge answers (or left a stale
+//! socket), and each workdir's lease and recovery guard with what its proof of stop lacks.
+//! It works with the bridge down too: then it reads the store read-only.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::{Exit, Target, output};
+use crate::config::BridgeConfig;
+use bridge_proto::client::Client;
+use bridge_proto::methods::{self, CallParams, Surface};
+
+struct Check {
+    name: &'static str,
+    level: &'static str,
+    detail: String,
+}
+
+fn check(checks: &mut Vec<Check>, name: &'static str, level: &'static str, detail: impl Into<String>) {
+    checks.push(Check { name, level, detail: detail.into() });
+}
+
+fn dir_check(checks: &mut Vec<Check>, name: &'static str, dir: &Path) {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => match crate::files::check_private(dir, &meta, true) {
+            Ok(()) => check(checks, name, "ok", format!("{} is private", dir.display())),
+            Err(e) => check(checks, name, "fail", e),
+        },
+        Err(_) => {
+            check(checks, name, "ok", format!("{} does not exist yet (created at the first start)", dir.display()))
+        }
+    }
+}
+
+/// Runs the doctor; exit 0 when nothing fails, 1 otherwise.
+pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
+    let config = match config {
+        Ok(c) => c,
+        Err(message) => {
+            output::error(&message);
+            return Exit::Config.into();
+        }
+    };
+    let socket = target.socket.clone().unwrap_or_else(|| config.socket_path.clone());
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            output::error(&format!("cannot start the async runtime: {e}"));
+            return Exit::Failure.into();
+        }
+    };
+    let mut checks = Vec::new();
+    dir_check(&mut checks, "state directory", &config.state_dir);
+    dir_check(&mut checks, "lock directory", &config.lock_dir);
+    for file in ["bridge.sqlite3", "bridge.sqlite3-wal", "bridge.sqlite3-shm"] {
+        let path = config.state_dir.join(file);
+        if let Ok(meta) = std::fs::symlink_metadata(&path)
+            && let Err(e) = crate::files::check_private(&path, &meta, false)
+        {
+            check(&mut checks, "database files", "fail", e);
+        }
+    }
+    let client = Client::new(&socket, Duration::from_secs(10));
+    let health = runtime.block_on(client.call(methods::BRIDGE_HEALTH, Map::new()));
+    let live = match (&health, std::fs::symlink_metadata(&socket)) {
+        (Ok(h), _) => {
+            check(
+                &mut checks,
+                "bridge",
+                "ok",
+                format!(
+                    "answers on {} (version {}, {} active task(s))",
+                    socket.display(),
+                    h["version"].as_str().unwrap_or("?"),
+                    h["active_tasks"]
+                ),
+            );
+            true
+        }
+        (Err(_), Ok(meta)) if meta.file_type().is_socket() => {
+            check(
+                &mut checks,
+                "bridge",
+                "warn",
+                format!("{} is a stale socket: nothing answers; the next start replaces it", socket.display()),
+            );
+            false
+        }
+        (Err(_), Ok(_)) => {
+            check(
+                &mut checks,
+                "bridge",
+                "fail",
+                format!("{} exists and is not a socket: the bridge cannot start until it is removed", socket.display()),
+            );
+            false
+        }
+        (Err(_), Err(_)) => {
+            check(&mut checks, "bridge", "warn", format!("not running (no socket at {})", socket.display()));
+            false
+        }
+    };
+    let workdirs = if live { runtime.block_on(status_from_bridge(&client)) } else { status_from_files(&config) };
+    let workdirs = match workdirs {
+        Ok(v) => v,
+        Err(e) => {
+            check(&mut checks, "workdirs", "fail", e);
+            Value::Array(Vec::new())
+        }
+    };
+    for w in workdirs.as_array().into_iter().flatten() {
+        if w["state"] == "recovery_required" {
+            let why = w["guard"]["proof"]["missing"].as_str().unwrap_or("the provider's stop is not proven").to_owned();
+            check(
+                &mut checks,
+                "recovery guard",
+                "fail",
+                format!("workdir {} is closed for task {}: {why}", w["alias"], w["guard"]["task_id"]),
+            );
+        }
+    }
+    let healthy = !checks.iter().any(|c| c.level == "fail");
+    if target.json {
+        let checks: Vec<Value> =
+            checks.iter().map(|c| json!({ "check": c.name, "level": c.level, "detail": c.detail })).collect();
+        output::line(
+            &serde_json::to_string_pretty(&json!({ "healthy": healthy, "checks": checks, "workdirs": workdirs }))
+                .unwrap_or_default(),
+        );
+    } else {
+        let mut lines: Vec<String> =
+            checks.iter().map(|c| format!("[{:>4}] {}: {}", c.level, c.name, c.detail)).collect();
+        let rows: Vec<Vec<String>> = workdirs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|w| {
+                vec![
+                    w["alias"].as_str().unwrap_or_default().to_owned(),
+                    w["agent_mode"].as_str().unwrap_or_default().to_owned(),
+                    w["state"].as_str().unwrap_or_default().to_owned(),
+                    w["lease_holder"].as_str().unwrap_or("-").to_owned(),
+                    w["guard"]["task_id"].as_str().unwrap_or("-").to_owned(),
+                ]
+            })
+            .collect();
+        lines.push(String::new());
+        lines.push(output::table(&["WORKDIR", "MODE", "STATE", "LEASE HOLDER", "GUARD TASK"], &rows));
+        output::line(&lines.join("\n"));
+    }
+    if healthy { Exit::Ok.into() } else { Exit::Failure.into() }
+}
+
+async fn status_from_bridge(client: &Client) -> Result<Value, String> {
+    let params = CallParams {
+        credential: None,
+        surface: Surface::Cli,
+        client: None,
+        name: "admin_workdir_status".into(),
+        arguments: Map::new(),
+    };
+    let Ok(Value::Object(params)) = serde_json::to_value(params) else { return Err("bad parameters".into()) };
+    let v = client.call(methods::CAPABILITIES_CALL, params).await.map_err(|e| e.to_string())?;
+    Ok(v["workdirs"].clone())
+}
+
+/// The same view, from the files, while the bridge is down (no lease can be held then, but a
+/// crashed bridge's providers may still run).
+fn status_from_files(config: &BridgeConfig) -> Result<Value, String> {
+    if !config.state_dir.join(crate::store::DB_FILE).exists() {
+        return Ok(Value::Array(
+            config.workdirs.iter().map(|w| json!({ "alias": w.alias, "agent_mode": w.agent_mode.as_str(), "state": "free", "guard": null })).collect(),
+        ));
+    }
+    let store = crate::store::Store::open_read_only(&config.state_dir).map_err(|e| e.to_string())?;
+    let guards = store.list_guards().map_err(|e| e.to_string())?;
+    Ok(Value::Array(
+        config
+            .workdirs
+            .iter()
+            .map(|w| {
+                let guard = guards.iter().find(|g| g.workdir_alias == w.alias).map(|g| {
+                    let status = store.get_task(&g.task_id).ok().flatten().map(|t| t.status.as_str());
+                    json!({ "task_id": g.task_id, "runtime": g.runtime, "task_status": status, "proof": crate::tasks::recovery::guard_proof(g) })
+                });
+                let state = match &guard {
+                    Some(g) if g["proof"]["proven_stopped"] != true => "recovery_required",
+                    Some(_) => "guard_clearable",
+                    None => "free",
+                };
+                json!({ "alias": w.alias, "agent_mode": w.agent_mode.as_str(), "state": state, "lease_holder": null, "guard": guard })
+            })
+            .collect(),
+    ))
+}
