@@ -2,6 +2,7 @@
 //! sockets and drives them through the socket protocol and the CLI.
 
 mod idempotency;
+mod idle;
 mod policy;
 mod protocol;
 mod restart;

@@ -133,11 +133,15 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
     let deadline = inner.clock.instant_at(job.task.deadline_at);
     let commands = session.commands();
     let mut pending: Option<Pending> = None;
+    let idle_limit = inner.config.limits.event_idle_timeout_seconds.map(Duration::from_secs);
+    let mut last_event = tokio::time::Instant::now();
     loop {
         let expiry = pending
             .as_ref()
             .filter(|p| p.expires_at < job.task.deadline_at)
             .map(|p| inner.clock.instant_at(p.expires_at));
+        // Provider silence counts only while nobody is waiting for a human.
+        let idle_at = idle_limit.filter(|_| pending.is_none()).map(|limit| last_event + limit);
         tokio::select! {
             biased;
             _ = job.cancel.cancelled() => {
@@ -174,8 +178,18 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                     Control::Steer(text) => ProviderCommand::Steer(text),
                 };
                 let _ = commands.send(command).await;
+                // The human answered: the provider's silence is counted from now on.
+                last_event = tokio::time::Instant::now();
+            }
+            _ = async { tokio::time::sleep_until(idle_at.unwrap_or(deadline)).await }, if idle_at.is_some() => {
+                let seconds = idle_limit.map(|l| l.as_secs()).unwrap_or_default();
+                return Ending::Failed {
+                    code: code::AGENT_PROVIDER_DISCONNECTED,
+                    message: format!("the provider sent nothing for {seconds} s (SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS)"),
+                };
             }
             event = session.next_event() => {
+                last_event = tokio::time::Instant::now();
                 let Some(event) = event else {
                     let tail = redactor.text(&session.stderr_tail());
                     let last = tail.lines().last().unwrap_or("").chars().take(300).collect::<String>();
