@@ -204,9 +204,14 @@ mod tests {
     use crate::provider::Providers;
     use crate::provider::env::BaseEnv;
     use crate::store::Store;
+    use crate::store::tasks::TransitionFields;
     use crate::tasks::TaskService;
 
     fn service(root: &std::path::Path) -> TaskService {
+        service_with(root, Clock::System)
+    }
+
+    fn service_with(root: &std::path::Path, clock: Clock) -> TaskService {
         std::fs::create_dir_all(root.join("repo")).unwrap();
         let mut env = format!(
             "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={root}/run\nSERVERFS_AGENT_LOCK_HOST_DIR={root}/locks\n\
@@ -223,7 +228,68 @@ mod tests {
         let store = Arc::new(Store::open(&config.state_dir).unwrap());
         let leases = Leases::open(&config.lock_dir).unwrap();
         let providers = Providers::new(&config, std::env::current_exe().unwrap(), BaseEnv::from_vars(Vec::new()));
-        TaskService::new(Arc::new(config), store, Clock::System, providers, leases, CancellationToken::new(), None)
+        TaskService::new(Arc::new(config), store, clock, providers, leases, CancellationToken::new(), None)
+    }
+
+    /// Retention on a paused clock: nothing goes before 168 h; after, the whole unit of an
+    /// unguarded terminal task goes (row, events, spool file, idempotency key) and nothing else.
+    #[tokio::test(start_paused = true)]
+    async fn retention_removes_whole_units_after_the_retention_and_nothing_else() {
+        use crate::store::tasks::{NewGuard, NewTask};
+        let dir = tempfile::tempdir().unwrap();
+        let service = service_with(dir.path(), Clock::following_tokio());
+        let inner = &service.inner;
+        let now = inner.clock.now_ms();
+        let task = |id: &str, key: &str| NewTask {
+            task_id: id.into(),
+            principal: "p".into(),
+            runtime: "fake".into(),
+            workdir_alias: "repo".into(),
+            relative_cwd: String::new(),
+            profile: "review".into(),
+            requested_model: None,
+            created_at: now,
+            deadline_at: now + 1_000,
+            continue_from_task_id: None,
+            correlation_id: None,
+            idempotency_key: Some(key.into()),
+            request_fingerprint: Some("f".into()),
+            manifest_json: "{}".into(),
+            manifest_sha256: "x".into(),
+        };
+        let submitted = NewEvent::new("task.submitted", json!({}));
+        let (spooled, guarded, active) = (crate::ids::task_id(), crate::ids::task_id(), crate::ids::task_id());
+        let store = &inner.store;
+        store.insert_task(&task(&spooled, "k1"), 9, None, &submitted).unwrap();
+        store
+            .insert_task(&task(&guarded, "k2"), 9, Some(&NewGuard { workdir_alias: "repo".into() }), &submitted)
+            .unwrap();
+        store.insert_task(&task(&active, "k3"), 9, None, &submitted).unwrap();
+        let result =
+            crate::tasks::results::store(&inner.config.state_dir, &spooled, &"x".repeat(300_000), 1_000).unwrap();
+        assert_eq!(result.storage, "spool");
+        for id in [&spooled, &guarded] {
+            store.transition(id, TaskStatus::Starting, TransitionFields::default(), now).unwrap();
+            store.transition(id, TaskStatus::Running, TransitionFields::default(), now).unwrap();
+        }
+        let done = TransitionFields { result: Some(result), ..Default::default() };
+        store.transition(&spooled, TaskStatus::Succeeded, done, now).unwrap();
+        store.transition(&guarded, TaskStatus::Failed, TransitionFields::default(), now).unwrap();
+        let spool_file = inner.config.state_dir.join(format!("results/{spooled}.txt"));
+        assert!(spool_file.exists());
+
+        tokio::time::advance(Duration::from_secs(167 * 3600)).await;
+        inner.collect_garbage().await;
+        assert!(store.get_task(&spooled).unwrap().is_some(), "kept within the retention");
+
+        tokio::time::advance(Duration::from_secs(2 * 3600)).await;
+        inner.collect_garbage().await;
+        assert!(store.get_task(&spooled).unwrap().is_none(), "gone after the retention");
+        assert!(store.read_events(&spooled, 0, 10).unwrap().is_empty(), "with its events");
+        assert!(!spool_file.exists(), "with its spool file");
+        assert!(store.find_by_idempotency_key("p", "k1").unwrap().is_none(), "its key is free again");
+        assert!(store.get_task(&guarded).unwrap().is_some(), "a task a guard names survives");
+        assert!(store.get_task(&active).unwrap().is_some(), "a non-terminal task survives");
     }
 
     /// Submit reads the guard, then the task's runner (whose provider is proven stopped)
