@@ -61,20 +61,10 @@ pub struct CallCtx {
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
 type Handler = Box<dyn Fn(CallCtx, Value) -> BoxFuture + Send + Sync>;
 
-/// One capability.
+/// One capability: its static description and the handler that parses its arguments.
 pub struct Capability {
-    /// Tool name.
-    pub name: &'static str,
-    /// Read or write.
-    pub scope: Scope,
-    /// The least role that sees it.
-    pub min_role: Role,
-    /// The surfaces it exists on.
-    pub surfaces: &'static [Surface],
-    /// One sentence for the calling model.
-    pub description: &'static str,
-    /// MCP tool annotations.
-    pub annotations: Annotations,
+    /// Name, scope, role, surfaces, description, annotations.
+    pub meta: Meta,
     /// The input schema, generated from the type the handler parses.
     pub input_schema: Value,
     handler: Handler,
@@ -116,26 +106,18 @@ impl Capability {
                 format!("invalid arguments: {e}"),
             )))),
         });
-        Capability {
-            name: meta.name,
-            scope: meta.scope,
-            min_role: meta.min_role,
-            surfaces: meta.surfaces,
-            description: meta.description,
-            annotations: meta.annotations,
-            input_schema: args::schema_for::<T>(),
-            handler,
-        }
+        Capability { meta, input_schema: args::schema_for::<T>(), handler }
     }
 
     fn view(&self) -> Value {
+        let m = &self.meta;
         json!({
-            "name": self.name,
-            "description": self.description,
+            "name": m.name,
+            "description": m.description,
             "input_schema": self.input_schema,
-            "annotations": self.annotations.to_json(),
-            "scope": self.scope.as_str(),
-            "min_role": self.min_role.as_str(),
+            "annotations": m.annotations.to_json(),
+            "scope": m.scope.as_str(),
+            "min_role": m.min_role.as_str(),
         })
     }
 }
@@ -158,7 +140,7 @@ impl Registry {
     }
 
     fn visible(&self, role: Role, surface: Surface) -> impl Iterator<Item = &Capability> + '_ {
-        self.capabilities.iter().filter(move |c| policy::can_see(role, c.min_role, surface, c.surfaces))
+        self.capabilities.iter().filter(move |c| policy::can_see(role, c.meta.min_role, surface, c.meta.surfaces))
     }
 
     /// `capabilities.list`: the tools the caller may see.
@@ -229,10 +211,10 @@ impl Registry {
         let key_id = principal.key_id.clone();
         row.principal = Some(principal.name.clone());
         row.role = Some(principal.role.as_str().to_owned());
-        let Some(capability) = self.visible(principal.role, params.surface).find(|c| c.name == params.name) else {
+        let Some(capability) = self.visible(principal.role, params.surface).find(|c| c.meta.name == params.name) else {
             return Err((ToolError::new(code::UNKNOWN_TOOL, format!("unknown tool: {}", row.capability)), key_id));
         };
-        row.scope = Some(capability.scope.as_str().to_owned());
+        row.scope = Some(capability.meta.scope.as_str().to_owned());
         row.outcome = "invalid".into();
         let args = args::validate(&capability.input_schema, params.arguments).map_err(|e| (e, key_id.clone()))?;
         row.outcome = "error".into();

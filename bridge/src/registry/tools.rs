@@ -9,7 +9,7 @@ use super::policy::{Annotations, Scope};
 use super::{ALL_SURFACES, CallCtx, Capability, LOCAL_SURFACES, Meta};
 use crate::config::{AgentMode, Role, RuntimeName};
 use crate::error::{ToolError, code};
-use crate::model::Profile;
+use crate::model::{Profile, TaskStatus};
 use crate::store::audit::AuditFilter;
 use crate::store::keys::KeyRow;
 use crate::store::tasks::TaskFilter;
@@ -538,13 +538,9 @@ pub(super) fn all() -> Vec<Capability> {
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: ListTasksArgs| async move {
-                let status = match &a.status {
-                    Some(s) => Some(TaskService::parse_status(status_name(s))?),
-                    None => None,
-                };
                 let filter = TaskFilter {
                     principal: a.owner,
-                    status,
+                    status: a.status.map(TaskStatus::from),
                     workdir_alias: a.workdir,
                     runtime: a.runtime.map(|r| RuntimeName::from(r).as_str().to_owned()),
                     before_task_id: a.before_task_id,
@@ -729,16 +725,18 @@ pub(super) fn all() -> Vec<Capability> {
     ]
 }
 
-fn status_name(s: &StatusArg) -> &'static str {
-    match s {
-        StatusArg::Queued => "queued",
-        StatusArg::Starting => "starting",
-        StatusArg::Running => "running",
-        StatusArg::WaitingForApproval => "waiting_for_approval",
-        StatusArg::WaitingForQuestion => "waiting_for_question",
-        StatusArg::Succeeded => "succeeded",
-        StatusArg::Failed => "failed",
-        StatusArg::Cancelled => "cancelled",
-        StatusArg::Interrupted => "interrupted",
+impl From<StatusArg> for TaskStatus {
+    fn from(s: StatusArg) -> TaskStatus {
+        match s {
+            StatusArg::Queued => TaskStatus::Queued,
+            StatusArg::Starting => TaskStatus::Starting,
+            StatusArg::Running => TaskStatus::Running,
+            StatusArg::WaitingForApproval => TaskStatus::WaitingForApproval,
+            StatusArg::WaitingForQuestion => TaskStatus::WaitingForQuestion,
+            StatusArg::Succeeded => TaskStatus::Succeeded,
+            StatusArg::Failed => TaskStatus::Failed,
+            StatusArg::Cancelled => TaskStatus::Cancelled,
+            StatusArg::Interrupted => TaskStatus::Interrupted,
+        }
     }
 }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{TaskService, results};
 use crate::clock::rfc3339;
 use crate::error::{ToolError, code};
-use crate::model::{Principal, TaskStatus};
+use crate::model::Principal;
 use crate::store::events::EventRow;
 use crate::store::interactions::InteractionRow;
 use crate::store::tasks::{TaskFilter, TaskRow};
@@ -202,10 +202,5 @@ impl TaskService {
             })
             .collect();
         Ok(json!({ "tasks": tasks, "next_before_task_id": next }))
-    }
-
-    /// Parses a status filter.
-    pub fn parse_status(s: &str) -> Result<TaskStatus, ToolError> {
-        TaskStatus::parse(s).ok_or_else(|| ToolError::invalid("status", "is not a task status"))
     }
 }
