@@ -26,6 +26,49 @@ const BASE: &[&str] = &[
     "XDG_RUNTIME_DIR",
 ];
 
+/// What a Codex child keeps of the bridge's environment beyond the base: its credentials and
+/// settings (`OPENAI_*`, `CODEX_*`, Azure OpenAI) and TLS trust settings.
+pub const CODEX_PREFIXES: &[&str] = &["OPENAI_", "CODEX_", "AZURE_OPENAI_", "SSL_CERT_", "RUST_LOG"];
+
+/// What a Claude Code child keeps: `ANTHROPIC_*`, `CLAUDE_*` (e.g. `CLAUDE_CODE_USE_BEDROCK`,
+/// `CLAUDE_CONFIG_DIR`), the cloud credentials Bedrock and Vertex use, Claude's own `DISABLE_*`
+/// switches and TLS trust settings.
+pub const CLAUDE_PREFIXES: &[&str] = &[
+    "ANTHROPIC_",
+    "CLAUDE_",
+    "AWS_",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "CLOUD_ML_REGION",
+    "VERTEX_REGION_",
+    "DISABLE_",
+    "NODE_EXTRA_CA_CERTS",
+    "SSL_CERT_",
+];
+
+/// Variables a CLI sets for the commands *it* runs; inherited by a bridge started from inside
+/// such a command, they would make a child believe it is nested in another session.
+const NESTED_SESSION_VARS: &[&str] = &[
+    "CLAUDECODE",
+    "CLAUDE_CODE_ENTRYPOINT",
+    "CLAUDE_CODE_SESSION_ID",
+    "CLAUDE_CODE_CHILD_SESSION",
+    "CLAUDE_CODE_SSE_PORT",
+    "CLAUDE_PID",
+    "CODEX_SANDBOX",
+    "CODEX_SANDBOX_NETWORK_DISABLED",
+    "CODEX_THREAD_ID",
+    "CODEX_CI",
+];
+
+/// Variables that turn off Claude Code's non-essential network traffic (update checks,
+/// telemetry, error reports, side requests; notes §2).
+pub const CLAUDE_QUIET: &[(&str, &str)] = &[
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+    ("DISABLE_TELEMETRY", "1"),
+    ("DISABLE_ERROR_REPORTING", "1"),
+];
+
 /// Prefixes that are never passed on, whatever the runtime.
 const SCRUBBED_PREFIXES: &[&str] = &["SERVERFS_", "CONTROL_PLANE_", "TUNNEL_CLIENT_", "MCP_", "AGENT_BRIDGE_"];
 
@@ -62,7 +105,7 @@ impl BaseEnv {
                 let wanted = BASE.contains(&name)
                     || name.starts_with("LC_")
                     || runtime_prefixes.iter().any(|p| name.starts_with(p));
-                wanted && !is_scrubbed(name)
+                wanted && !is_scrubbed(name) && !NESTED_SESSION_VARS.contains(&name)
             })
             .cloned()
             .collect()
@@ -108,5 +151,36 @@ mod tests {
         };
         assert_eq!(names(base.for_child(&[])), ["HOME", "LC_ALL", "PATH"]);
         assert_eq!(names(base.for_child(&["OPENAI_"])), ["HOME", "LC_ALL", "OPENAI_API_KEY", "PATH"]);
+    }
+
+    #[test]
+    fn runtimes_keep_their_credentials_but_not_a_parent_session() {
+        let base = BaseEnv::from_vars(
+            [
+                ("PATH", "/usr/bin"),
+                ("OPENAI_API_KEY", "sk-x"),
+                ("CODEX_HOME", "/home/op/.codex"),
+                ("CODEX_SANDBOX", "seccomp"),
+                ("ANTHROPIC_API_KEY", "k"),
+                ("CLAUDE_CODE_USE_BEDROCK", "1"),
+                ("CLAUDE_CODE_SESSION_ID", "abc"),
+                ("CLAUDECODE", "1"),
+                ("AWS_PROFILE", "p"),
+                ("ANTHROPIC_PROXY_URL", "http://p"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect(),
+        );
+        let names = |env: Vec<(OsString, OsString)>| {
+            let mut v: Vec<String> = env.into_iter().map(|(k, _)| k.into_string().unwrap()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(base.for_child(CODEX_PREFIXES)), ["CODEX_HOME", "OPENAI_API_KEY", "PATH"]);
+        assert_eq!(
+            names(base.for_child(CLAUDE_PREFIXES)),
+            ["ANTHROPIC_API_KEY", "AWS_PROFILE", "CLAUDE_CODE_USE_BEDROCK", "PATH"]
+        );
     }
 }

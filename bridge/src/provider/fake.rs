@@ -132,6 +132,8 @@ impl FakeRuntime {
             version: Some(format!("fake/{}", env!("CARGO_PKG_VERSION"))),
             detail: None,
             live_steer: true,
+            model_override: false,
+            model_discovery: "runtime_catalog",
         }
     }
 

@@ -5,6 +5,7 @@
 //! [`ProviderEvent`]s that ends when the child's output ends, a command channel for answers,
 //! steering and interrupts, and a bounded stop that returns a [`process::StopProof`].
 //! The set of runtimes is closed (`codex`, `claude`, `fake`), so dispatch is a `match`.
+//! The events every runtime emits share one vocabulary, documented in [`events`].
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -17,9 +18,14 @@ use tokio::task::JoinHandle;
 use crate::config::{BridgeConfig, RuntimeName};
 use crate::model::Profile;
 
+pub mod claude;
+pub mod codex;
 pub mod env;
+pub mod events;
 pub mod fake;
 pub mod fake_agent;
+pub mod io;
+pub mod probe;
 pub mod process;
 
 use process::{ProofMaterial, StopProof, Supervised};
@@ -127,6 +133,13 @@ pub struct StartError {
     pub message: String,
 }
 
+impl StartError {
+    /// `AGENT_RUNTIME_UNAVAILABLE` for `runtime`.
+    pub fn unavailable(runtime: &str) -> StartError {
+        StartError { code: "AGENT_RUNTIME_UNAVAILABLE", message: format!("the {runtime} runtime is not available") }
+    }
+}
+
 /// A runtime's availability and capabilities, as `list_agent_runtimes` reports them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeInfo {
@@ -140,9 +153,26 @@ pub struct RuntimeInfo {
     pub detail: Option<String>,
     /// Whether steering a running turn is supported.
     pub live_steer: bool,
+    /// Whether a task may name a model.
+    pub model_override: bool,
+    /// What `list_agent_models` can tell: `runtime_catalog` or `unsupported`.
+    pub model_discovery: &'static str,
 }
 
 impl RuntimeInfo {
+    /// An unavailable runtime with no capabilities.
+    pub fn unavailable(name: RuntimeName, detail: &str) -> RuntimeInfo {
+        RuntimeInfo {
+            name,
+            available: false,
+            version: None,
+            detail: Some(detail.to_owned()),
+            live_steer: false,
+            model_override: false,
+            model_discovery: "unsupported",
+        }
+    }
+
     /// The JSON view (capabilities included).
     pub fn to_json(&self) -> Value {
         json!({
@@ -155,8 +185,8 @@ impl RuntimeInfo {
             "interactive_approval": true,
             "interactive_question": true,
             "in_flight_recovery": "none",
-            "model_override": false,
-            "model_discovery": "unsupported",
+            "model_override": self.model_override,
+            "model_discovery": self.model_discovery,
         })
     }
 }
@@ -210,41 +240,39 @@ impl Session {
 #[derive(Debug, Clone)]
 pub struct Providers {
     fake: Option<fake::FakeRuntime>,
-    codex_bin: Option<PathBuf>,
-    claude_bin: Option<PathBuf>,
+    codex: codex::CodexRuntime,
+    claude: claude::ClaudeRuntime,
 }
 
 impl Providers {
     /// Builds the runtimes from the config. `self_exe` is the bridge executable, which also
-    /// carries the fake runtime's child program.
+    /// carries the fake runtime's child program. A CLI whose executable the config leaves
+    /// unset is looked up once, here, on the bridge's `PATH` (the quick start's case).
     pub fn new(config: &BridgeConfig, self_exe: PathBuf, base_env: env::BaseEnv) -> Providers {
-        let fake = config
-            .enable_fake_runtime
-            .then(|| fake::FakeRuntime::new(self_exe, config.state_dir.join("runtimes").join("fake"), base_env));
-        Providers { fake, codex_bin: config.codex.bin.clone(), claude_bin: config.claude.bin.clone() }
+        let fake = config.enable_fake_runtime.then(|| {
+            fake::FakeRuntime::new(self_exe, config.state_dir.join("runtimes").join("fake"), base_env.clone())
+        });
+        let found = |binary: &crate::config::RuntimeBinary, name: &str| {
+            let mut binary = binary.clone();
+            if binary.bin.is_none() {
+                binary.bin = probe::which(name, base_env.get("PATH"));
+            }
+            binary
+        };
+        let codex = codex::CodexRuntime::new(&found(&config.codex, "codex"), base_env.clone());
+        let claude = claude::ClaudeRuntime::new(&found(&config.claude, "claude"), base_env);
+        Providers { fake, codex, claude }
     }
 
-    /// Probes a runtime.
+    /// Probes a runtime (a real CLI's probe is cached briefly; it never starts inference).
     pub async fn probe(&self, runtime: RuntimeName) -> RuntimeInfo {
-        let unavailable = |detail: &str, version: Option<String>| RuntimeInfo {
-            name: runtime,
-            available: false,
-            version,
-            detail: Some(detail.to_owned()),
-            live_steer: false,
-        };
         match runtime {
             RuntimeName::Fake => match &self.fake {
                 Some(fake) => fake.info(),
-                None => unavailable("the fake runtime is not enabled", None),
+                None => RuntimeInfo::unavailable(runtime, "the fake runtime is not enabled"),
             },
-            RuntimeName::Codex | RuntimeName::Claude => {
-                let bin = if runtime == RuntimeName::Codex { &self.codex_bin } else { &self.claude_bin };
-                match bin {
-                    None => unavailable("no executable is configured for this runtime", None),
-                    Some(_) => unavailable("this bridge build cannot drive this runtime yet", None),
-                }
-            }
+            RuntimeName::Codex => self.codex.info().await,
+            RuntimeName::Claude => self.claude.info().await,
         }
     }
 
@@ -252,15 +280,14 @@ impl Providers {
     pub async fn start(&self, runtime: RuntimeName, spec: StartSpec) -> Result<Session, StartError> {
         match (runtime, &self.fake) {
             (RuntimeName::Fake, Some(fake)) => fake.start(spec).await,
-            _ => Err(StartError {
-                code: "AGENT_RUNTIME_UNAVAILABLE",
-                message: format!("the {} runtime is not available", runtime.as_str()),
-            }),
+            (RuntimeName::Fake, None) => Err(StartError::unavailable("fake")),
+            (RuntimeName::Codex, _) => self.codex.start(spec).await,
+            (RuntimeName::Claude, _) => self.claude.start(spec).await,
         }
     }
 
     /// The model catalog a runtime can tell without starting inference.
-    pub fn models(&self, runtime: RuntimeName) -> Value {
+    pub async fn models(&self, runtime: RuntimeName) -> Value {
         match (runtime, &self.fake) {
             (RuntimeName::Fake, Some(_)) => json!({
                 "runtime": "fake",
@@ -268,6 +295,8 @@ impl Providers {
                 "scope": "runtime_catalog",
                 "models": [{"id": "fake-scripted", "display_name": "Scripted fake model", "is_default": true}],
             }),
+            (RuntimeName::Codex, _) => self.codex.models().await,
+            (RuntimeName::Claude, _) => self.claude.models().await,
             _ => json!({
                 "runtime": runtime.as_str(),
                 "status": "unavailable",

@@ -402,7 +402,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "Lists the models a runtime offers (discovery only; it never starts the agent).",
                 Annotations::READ,
             ),
-            |ctx: CallCtx, args: ModelsArgs| async move { Ok(tasks(&ctx).providers().models(args.runtime.into())) },
+            |ctx: CallCtx, args: ModelsArgs| async move { Ok(tasks(&ctx).providers().models(args.runtime.into()).await) },
         ),
         Capability::new(
             meta(

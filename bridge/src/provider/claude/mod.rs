@@ -1,0 +1,155 @@
+//! The `claude` runtime: Claude Code driven as `claude -p` with stream-json on both pipes and
+//! the control protocol's permission prompts on stdio, one child per task.
+//!
+//! Its config dir is the configured one (`CLAUDE_CONFIG_DIR`) or the operator's default
+//! `~/.claude`: stable across tasks, so `--resume` finds the session. `--setting-sources ""`
+//! keeps the operator's permission rules and hooks out of the bridge's tasks (every tool use
+//! that Claude would ask about reaches the caller), and the environment switches off Claude's
+//! non-essential network traffic (notes §2).
+//!
+//! Steering is not offered (`live_steer: false`): a user message written while a turn runs is
+//! queued by the CLI as a *next* turn with its own `result` (notes §5.2), which is not steering
+//! and would give a task two results.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::BufReader;
+use tokio::sync::mpsc;
+
+use super::env::{BaseEnv, CLAUDE_PREFIXES, CLAUDE_QUIET};
+use super::io;
+use super::probe::{self, ProbeCache, Probed};
+use super::process::{SpawnSpec, spawn};
+use super::{RuntimeInfo, Session, StartError, StartSpec};
+use crate::config::{RuntimeBinary, RuntimeName};
+use crate::model::Profile;
+
+mod driver;
+pub mod map;
+
+/// The Claude Code runtime.
+#[derive(Debug, Clone)]
+pub struct ClaudeRuntime {
+    bin: Option<PathBuf>,
+    home: Option<PathBuf>,
+    base_env: BaseEnv,
+    probe: Arc<ProbeCache>,
+}
+
+/// The command line for a turn.
+pub fn args(spec: &StartSpec) -> Vec<OsString> {
+    let mut args: Vec<OsString> = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-prompt-tool",
+        "stdio",
+        "--permission-mode",
+        "default",
+        "--setting-sources",
+        "",
+    ]
+    .into_iter()
+    .map(OsString::from)
+    .collect();
+    if spec.profile == Profile::Review {
+        // The model is not even offered the editing tools; anything else that would change
+        // something is refused when Claude asks (plan mode is not a block: notes §5.4).
+        args.push(OsString::from("--disallowedTools"));
+        args.push(OsString::from("Write,Edit,MultiEdit,NotebookEdit"));
+    }
+    if let Some(session) = &spec.resume_session {
+        args.push(OsString::from("--resume"));
+        args.push(OsString::from(session));
+    }
+    if let Some(model) = &spec.model {
+        args.push(OsString::from("--model"));
+        args.push(OsString::from(model));
+    }
+    args
+}
+
+impl ClaudeRuntime {
+    /// From the configured binary (already resolved by the caller when it was found on PATH).
+    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv) -> ClaudeRuntime {
+        ClaudeRuntime { bin: binary.bin.clone(), home: binary.home.clone(), base_env, probe: Arc::default() }
+    }
+
+    fn env(&self) -> Vec<(OsString, OsString)> {
+        let mut env = self.base_env.for_child(CLAUDE_PREFIXES);
+        let set: Vec<(OsString, OsString)> = CLAUDE_QUIET
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .chain(self.home.iter().map(|h| (OsString::from("CLAUDE_CONFIG_DIR"), h.clone().into_os_string())))
+            .collect();
+        env.retain(|(k, _)| !set.iter().any(|(s, _)| s == k));
+        env.extend(set);
+        env
+    }
+
+    /// Availability and version (cached briefly).
+    pub async fn info(&self) -> RuntimeInfo {
+        let mut info =
+            RuntimeInfo::unavailable(RuntimeName::Claude, "no executable is configured (SERVERFS_CLAUDE_BIN)");
+        info.model_override = true;
+        let Some(bin) = &self.bin else { return info };
+        match self.probe.get(bin, self.env(), probe::parse_claude).await {
+            Probed::Version(v) => {
+                info.available = true;
+                info.version = Some(v);
+                info.detail = None;
+            }
+            Probed::Unavailable(why) => info.detail = Some(why),
+        }
+        info
+    }
+
+    /// Spawns `claude -p …` in the task's cwd; the handshake and the prompt go through the
+    /// session's driver.
+    pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
+        let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("claude"))?;
+        let spawned = spawn(SpawnSpec {
+            program: bin,
+            args: args(&spec),
+            cwd: spec.cwd.clone(),
+            env: self.env(),
+            task_id: spec.task_id.clone(),
+        })
+        .map_err(|e| StartError { code: "AGENT_PROVIDER_ERROR", message: format!("cannot start claude: {e}") })?;
+        let (lines_tx, lines) = mpsc::channel(256);
+        let (outbox, outbox_rx) = mpsc::unbounded_channel();
+        let reader = io::spawn_reader(BufReader::new(spawned.stdout), lines_tx);
+        let writer = io::spawn_writer(spawned.stdin, outbox_rx);
+        let stderr_tail = Arc::new(Mutex::new(String::new()));
+        let drain = io::spawn_stderr(spawned.stderr, Arc::clone(&stderr_tail));
+        let (event_tx, events) = mpsc::channel(256);
+        let (commands, command_rx) = mpsc::channel(16);
+        let driver = driver::Driver { lines, outbox, commands: command_rx, events: event_tx, spec };
+        let run = tokio::spawn(driver.run());
+        Ok(Session {
+            events,
+            commands,
+            process: spawned.process,
+            io_tasks: vec![reader, writer, drain, run],
+            stderr_tail,
+        })
+    }
+
+    /// Claude Code has no model listing that works without an account call or inference.
+    pub async fn models(&self) -> Value {
+        let info = self.info().await;
+        json!({
+            "runtime": "claude",
+            "status": if info.available { "unsupported" } else { "unavailable" },
+            "scope": "none",
+            "models": [],
+            "detail": info.detail.unwrap_or_else(|| "Claude Code cannot list models without starting a session; pass a model name or alias (e.g. sonnet, opus) as `model`".into()),
+        })
+    }
+}

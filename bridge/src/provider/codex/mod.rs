@@ -1,0 +1,258 @@
+//! The `codex` runtime: OpenAI Codex CLI driven as `codex app-server` over stdio JSON-RPC,
+//! one child per task.
+//!
+//! The child is the native binary (a configured or PATH-found npm launcher `bin/codex.js` is
+//! resolved to the vendored executable, so the pid the bridge supervises is the agent). Its
+//! home (`CODEX_HOME`) is the configured one, or the operator's default `~/.codex`: stable
+//! across tasks, so continuations find their threads. Options on the command line switch off
+//! the plugin marketplace, the connectors and analytics, the CLI's non-essential network
+//! traffic (notes §2), and offer the model the question tool the bridge relays.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::BufReader;
+use tokio::sync::mpsc;
+
+use super::env::{BaseEnv, CODEX_PREFIXES};
+use super::io;
+use super::probe::{self, ProbeCache, Probed};
+use super::process::{SpawnSpec, spawn};
+use super::{RuntimeInfo, Session, StartError, StartSpec};
+use crate::config::{RuntimeBinary, RuntimeName};
+
+mod driver;
+pub mod map;
+pub mod rpc;
+
+pub use driver::policy;
+
+/// `-c` overrides every Codex child gets.
+pub const CONFIG_OVERRIDES: [&str; 5] = [
+    "features.plugins=false",
+    "features.apps=false",
+    "analytics.enabled=false",
+    "features.default_mode_request_user_input=true",
+    "suppress_unstable_features_warning=true",
+];
+
+/// The Codex runtime.
+#[derive(Debug, Clone)]
+pub struct CodexRuntime {
+    bin: Option<PathBuf>,
+    home: Option<PathBuf>,
+    base_env: BaseEnv,
+    probe: Arc<ProbeCache>,
+}
+
+impl CodexRuntime {
+    /// From the configured binary (already resolved by the caller when it was found on PATH).
+    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv) -> CodexRuntime {
+        CodexRuntime {
+            bin: binary.bin.as_deref().map(native_binary),
+            home: binary.home.clone(),
+            base_env,
+            probe: Arc::default(),
+        }
+    }
+
+    fn env(&self) -> Vec<(OsString, OsString)> {
+        let mut env = self.base_env.for_child(CODEX_PREFIXES);
+        if let Some(home) = &self.home {
+            env.retain(|(k, _)| k != "CODEX_HOME");
+            env.push((OsString::from("CODEX_HOME"), home.clone().into_os_string()));
+        }
+        env
+    }
+
+    fn args(&self) -> Vec<OsString> {
+        let mut args = Vec::new();
+        for o in CONFIG_OVERRIDES {
+            args.push(OsString::from("-c"));
+            args.push(OsString::from(o));
+        }
+        args.push(OsString::from("app-server"));
+        args
+    }
+
+    /// Availability and version (cached briefly).
+    pub async fn info(&self) -> RuntimeInfo {
+        let mut info = RuntimeInfo::unavailable(RuntimeName::Codex, "no executable is configured (SERVERFS_CODEX_BIN)");
+        info.live_steer = true;
+        info.model_override = true;
+        info.model_discovery = "runtime_catalog";
+        let Some(bin) = &self.bin else { return info };
+        match self.probe.get(bin, self.env(), probe::parse_codex).await {
+            Probed::Version(v) => {
+                info.available = true;
+                info.version = Some(v);
+                info.detail = None;
+            }
+            Probed::Unavailable(why) => info.detail = Some(why),
+        }
+        info
+    }
+
+    fn spawn_child(&self, task_id: &str, cwd: &Path) -> Result<(Session, rpc::Rpc, Channels), StartError> {
+        let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("codex"))?;
+        let spawned = spawn(SpawnSpec {
+            program: bin,
+            args: self.args(),
+            cwd: cwd.to_owned(),
+            env: self.env(),
+            task_id: task_id.to_owned(),
+        })
+        .map_err(|e| StartError { code: "AGENT_PROVIDER_ERROR", message: format!("cannot start codex: {e}") })?;
+        let (lines_tx, lines) = mpsc::channel(256);
+        let (outbox, outbox_rx) = mpsc::unbounded_channel();
+        let reader = io::spawn_reader(BufReader::new(spawned.stdout), lines_tx);
+        let writer = io::spawn_writer(spawned.stdin, outbox_rx);
+        let stderr_tail = Arc::new(Mutex::new(String::new()));
+        let drain = io::spawn_stderr(spawned.stderr, Arc::clone(&stderr_tail));
+        let (rpc, incoming, router) = rpc::Rpc::start(lines, outbox);
+        let (event_tx, events) = mpsc::channel(256);
+        let (commands, command_rx) = mpsc::channel(16);
+        let session = Session {
+            events,
+            commands,
+            process: spawned.process,
+            io_tasks: vec![reader, writer, drain, router],
+            stderr_tail,
+        };
+        Ok((session, rpc, Channels { incoming, command_rx, event_tx }))
+    }
+
+    /// Spawns `codex app-server` in the task's cwd and starts (or resumes) the turn. Returns at
+    /// once: the handshake runs in the session's driver, so the recovery guard can record the
+    /// child before anything else happens.
+    pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
+        let (mut session, rpc, ch) = self.spawn_child(&spec.task_id, &spec.cwd)?;
+        let driver = driver::Driver { rpc, incoming: ch.incoming, commands: ch.command_rx, events: ch.event_tx, spec };
+        session.io_tasks.push(tokio::spawn(driver.run()));
+        Ok(session)
+    }
+
+    /// The model catalog from `model/list` (read from Codex's bundled catalog and its cache;
+    /// no inference, no turn). Runs a short-lived app-server in the runtime's home.
+    pub async fn models(&self) -> Value {
+        let unavailable = |detail: String| json!({ "runtime": "codex", "status": "unavailable", "scope": "none", "models": [], "detail": detail });
+        let info = self.info().await;
+        if !info.available {
+            return unavailable(info.detail.unwrap_or_default());
+        }
+        let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
+        let marker = format!("models-codex-{}", crate::ids::request_id());
+        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd) {
+            Ok(parts) => parts,
+            Err(e) => return unavailable(e.message),
+        };
+        drop(ch);
+        let listed = list_models(&rpc).await;
+        drop(rpc);
+        let proof = session.stop(Duration::from_secs(2)).await;
+        if !proof.proven() {
+            tracing::warn!(?proof, "the codex model-listing child did not stop cleanly");
+        }
+        match listed {
+            Ok(models) => json!({
+                "runtime": "codex", "status": "ok", "scope": "runtime_catalog", "source": "codex_app_server",
+                "version": info.version, "models": models,
+            }),
+            Err(e) => unavailable(format!("codex could not list its models: {e}")),
+        }
+    }
+}
+
+struct Channels {
+    incoming: mpsc::UnboundedReceiver<rpc::Incoming>,
+    command_rx: mpsc::Receiver<super::ProviderCommand>,
+    event_tx: mpsc::Sender<super::ProviderEvent>,
+}
+
+async fn list_models(rpc: &rpc::Rpc) -> Result<Vec<Value>, rpc::RpcError> {
+    let bound = Duration::from_secs(20);
+    let init = json!({
+        "clientInfo": { "name": "agent_bridge", "title": "agent-bridge", "version": env!("CARGO_PKG_VERSION") },
+        "capabilities": { "experimentalApi": true },
+    });
+    rpc.call("initialize", init, bound).await?;
+    rpc.notify("initialized", None);
+    let mut models = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..8 {
+        let params = json!({ "limit": 64, "includeHidden": false, "cursor": cursor });
+        let page = rpc.call("model/list", params, bound).await?;
+        for m in page.get("data").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+            if models.len() >= 64 {
+                break;
+            }
+            models.push(json!({
+                "id": m.get("model").or_else(|| m.get("id")),
+                "display_name": m.get("displayName"),
+                "description": m.get("description").and_then(Value::as_str).map(|d| io::clip(d, 500)),
+                "is_default": m.get("isDefault").and_then(Value::as_bool).unwrap_or(false),
+                "reasoning_efforts": m.get("supportedReasoningEfforts").map(|l| {
+                    l.as_array().map(|l| l.iter().filter_map(|e| e.get("reasoningEffort").or(Some(e)).cloned()).collect::<Vec<_>>())
+                }),
+                "default_reasoning_effort": m.get("defaultReasoningEffort"),
+            }));
+        }
+        cursor = page.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
+        if cursor.is_none() || models.len() >= 64 {
+            break;
+        }
+    }
+    Ok(models)
+}
+
+/// The executable to supervise for a configured Codex path: the npm launcher (`bin/codex.js`,
+/// a node script) is replaced by the native binary it would start; anything else is kept.
+pub fn native_binary(bin: &Path) -> PathBuf {
+    let real = std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_owned());
+    if real.extension().is_none_or(|e| e != "js") {
+        return bin.to_owned();
+    }
+    // <…>/node_modules/@openai/codex/bin/codex.js
+    let Some(package) = real.parent().and_then(Path::parent) else { return bin.to_owned() };
+    let (arch, triple) = match std::env::consts::ARCH {
+        "aarch64" => ("arm64", "aarch64-unknown-linux-musl"),
+        _ => ("x64", "x86_64-unknown-linux-musl"),
+    };
+    let platform = format!("codex-linux-{arch}");
+    let candidates = [
+        package.join("node_modules/@openai").join(&platform).join("vendor").join(triple).join("bin/codex"),
+        package
+            .parent()
+            .map(|scope| scope.join(&platform).join("vendor").join(triple).join("bin/codex"))
+            .unwrap_or_default(),
+        package.join("vendor").join(triple).join("codex/codex"),
+    ];
+    candidates.into_iter().find(|c| c.is_file()).unwrap_or_else(|| bin.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_npm_launcher_resolves_to_the_vendored_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("node_modules/@openai");
+        let launcher = root.join("codex/bin/codex.js");
+        std::fs::create_dir_all(launcher.parent().unwrap()).unwrap();
+        std::fs::write(&launcher, "#!/usr/bin/env node\n").unwrap();
+        let arch = if std::env::consts::ARCH == "aarch64" { "arm64" } else { "x64" };
+        let triple = if arch == "arm64" { "aarch64-unknown-linux-musl" } else { "x86_64-unknown-linux-musl" };
+        let native = root.join(format!("codex-linux-{arch}/vendor/{triple}/bin/codex"));
+        std::fs::create_dir_all(native.parent().unwrap()).unwrap();
+        std::fs::write(&native, "").unwrap();
+        let link = dir.path().join("codex");
+        std::os::unix::fs::symlink(&launcher, &link).unwrap();
+        assert_eq!(std::fs::canonicalize(native_binary(&link)).unwrap(), std::fs::canonicalize(&native).unwrap());
+        // A native binary is kept as configured.
+        assert_eq!(native_binary(&native), native);
+    }
+}

@@ -1,0 +1,155 @@
+//! Runtime availability: `<bin> --version` with a timeout, cached briefly, never inference.
+//!
+//! The probe runs through [`process::spawn`](super::process::spawn) like any provider child
+//! (own group, decided environment, a `probe-…` marker) and is stopped with the same ladder.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncReadExt;
+
+use super::process::{SpawnSpec, spawn};
+
+/// How long a version probe may run.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a probe result is reused.
+pub const PROBE_TTL: Duration = Duration::from_secs(30);
+
+/// What a probe found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Probed {
+    /// The CLI answered with this version.
+    Version(String),
+    /// It cannot be used, and why.
+    Unavailable(String),
+}
+
+/// A cached probe of one executable.
+#[derive(Debug, Default)]
+pub struct ProbeCache {
+    last: tokio::sync::Mutex<Option<(Instant, Probed)>>,
+}
+
+impl ProbeCache {
+    /// The cached result, or a fresh probe when the cache is older than [`PROBE_TTL`]. One
+    /// probe runs at a time; concurrent callers wait for it.
+    pub async fn get(&self, bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str) -> Option<String>) -> Probed {
+        let mut last = self.last.lock().await;
+        if let Some((at, probed)) = last.as_ref()
+            && at.elapsed() < PROBE_TTL
+        {
+            return probed.clone();
+        }
+        let probed = version(bin, env, parse).await;
+        *last = Some((Instant::now(), probed.clone()));
+        probed
+    }
+}
+
+static PROBES: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `bin --version` and parses its first line.
+pub async fn version(bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str) -> Option<String>) -> Probed {
+    if !bin.is_absolute() {
+        return Probed::Unavailable(format!("{} is not an absolute path", bin.display()));
+    }
+    match std::fs::metadata(bin) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Probed::Unavailable(format!("{} is not a file", bin.display())),
+        Err(e) => return Probed::Unavailable(format!("{}: {e}", bin.display())),
+    }
+    let marker = format!("probe-{}-{}", std::process::id(), PROBES.fetch_add(1, Ordering::Relaxed));
+    let spawned = match spawn(SpawnSpec {
+        program: bin.to_owned(),
+        args: vec![OsString::from("--version")],
+        cwd: PathBuf::from("/"),
+        env,
+        task_id: marker,
+    }) {
+        Ok(s) => s,
+        Err(e) => return Probed::Unavailable(format!("cannot run {}: {e}", bin.display())),
+    };
+    drop(spawned.stdin);
+    let mut stdout = spawned.stdout;
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(PROBE_TIMEOUT, async {
+        let mut chunk = [0u8; 1024];
+        while out.len() < 4096 {
+            match stdout.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    let proof = spawned.process.stop(Duration::from_secs(1), Duration::from_secs(1)).await;
+    if read.is_err() {
+        return Probed::Unavailable(format!("`{} --version` did not answer within {PROBE_TIMEOUT:?}", bin.display()));
+    }
+    let text = String::from_utf8_lossy(&out);
+    let first = text.lines().next().unwrap_or("").trim();
+    match (parse(first), proof.exit_code) {
+        (Some(v), Some(0)) => Probed::Version(v),
+        _ => Probed::Unavailable(format!(
+            "`{} --version` answered {:?} (exit {:?})",
+            bin.display(),
+            super::io::clip(first, 120),
+            proof.exit_code
+        )),
+    }
+}
+
+/// `codex-cli 0.169.0` → `0.169.0`.
+pub fn parse_codex(line: &str) -> Option<String> {
+    let v = line.strip_prefix("codex-cli ")?.trim();
+    looks_like_version(v).then(|| v.to_owned())
+}
+
+/// `2.1.328 (Claude Code)` → `2.1.328`.
+pub fn parse_claude(line: &str) -> Option<String> {
+    let v = line.split_whitespace().next()?;
+    (looks_like_version(v) && line.contains("Claude Code")).then(|| v.to_owned())
+}
+
+fn looks_like_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() < 64
+        && v.starts_with(|c: char| c.is_ascii_digit())
+        && v.chars().all(|c| c.is_ascii_alphanumeric() || ".-+".contains(c))
+}
+
+/// Finds `name` on `path` (a `PATH` value): the first executable file.
+pub fn which(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path?)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_the_first_line() {
+        assert_eq!(parse_codex("codex-cli 0.169.0").as_deref(), Some("0.169.0"));
+        assert_eq!(parse_codex("codex 0.1"), None);
+        assert_eq!(parse_claude("2.1.328 (Claude Code)").as_deref(), Some("2.1.328"));
+        assert_eq!(parse_claude("2.1.328"), None);
+        assert_eq!(parse_claude(""), None);
+    }
+
+    #[tokio::test]
+    async fn a_missing_or_silent_binary_is_unavailable() {
+        let missing = version(Path::new("/nonexistent/codex"), Vec::new(), parse_codex).await;
+        assert!(matches!(missing, Probed::Unavailable(_)));
+        let relative = version(Path::new("codex"), Vec::new(), parse_codex).await;
+        assert!(matches!(relative, Probed::Unavailable(ref m) if m.contains("absolute")));
+        // `/bin/true --version` exits 0 but says nothing a version parser accepts.
+        let wrong = version(Path::new("/bin/true"), Vec::new(), parse_codex).await;
+        assert!(matches!(wrong, Probed::Unavailable(_)), "{wrong:?}");
+    }
+}
