@@ -13,6 +13,9 @@ use tempfile::TempDir;
 use bridge_proto::client::{CallError, Client};
 use bridge_proto::methods::{self, CallParams, ListParams, Surface};
 
+pub mod model;
+pub mod real;
+
 /// The `agent-bridge` executable under test: `AGENT_BRIDGE_BIN`, or the one cargo built next
 /// to this test binary.
 pub fn bridge_bin() -> PathBuf {
@@ -73,12 +76,20 @@ pub struct Options {
     pub env: Vec<String>,
     /// The executable to run instead of [`bridge_bin`] (benchmarks pass cargo's own path).
     pub bin: Option<PathBuf>,
+    /// Extra process environment for the bridge (what its provider children may inherit).
+    pub vars: Vec<(String, String)>,
 }
 
 impl Options {
     /// Adds a `.env` line.
     pub fn with(mut self, line: &str) -> Options {
         self.env.push(line.to_owned());
+        self
+    }
+
+    /// Sets a variable in the bridge process's environment.
+    pub fn var(mut self, name: &str, value: &str) -> Options {
+        self.vars.push((name.to_owned(), value.to_owned()));
         self
     }
 }
@@ -100,6 +111,7 @@ pub struct TestBridge {
     /// The `.env` the bridge was started with.
     pub env_file: PathBuf,
     bin: PathBuf,
+    vars: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -175,6 +187,7 @@ impl TestBridge {
             env_file,
             dir,
             bin: options.bin.clone().unwrap_or_else(bridge_bin),
+            vars: options.vars.clone(),
             child: None,
         }
     }
@@ -204,6 +217,7 @@ impl TestBridge {
             .arg("--env-file")
             .arg(&self.env_file)
             .env("AGENT_BRIDGE_LOG", "debug")
+            .envs(self.vars.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -1,0 +1,181 @@
+//! The real Codex CLI (`codex app-server`, pinned) through the bridge's public tools, against
+//! the scripted Responses server on 127.0.0.1. Skipped loudly when the CLI is not installed;
+//! mandatory in CI.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use e2e::model::responses::{self, HELLO};
+use e2e::real::{CODEX_VERSION, Cli, RealBridge};
+use e2e::{event_types, marker_pids, poll_until};
+
+#[tokio::test]
+async fn codex_plain_task_succeeds_with_the_models_answer() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let runtimes = r.b.call("list_agent_runtimes", json!({})).await.expect("runtimes");
+    let codex = runtimes["runtimes"].as_array().unwrap().iter().find(|x| x["name"] == "codex").cloned().unwrap();
+    assert_eq!(codex["available"], true, "{runtimes:#}");
+    assert_eq!(codex["version"], CODEX_VERSION);
+    assert_eq!(codex["live_steer"], true);
+    let models = r.b.call("list_agent_models", json!({ "runtime": "codex" })).await.expect("models");
+    assert_eq!(models["status"], "ok", "{models:#}");
+    assert!(!models["models"].as_array().unwrap().is_empty(), "{models:#}");
+    assert!(r.server.posts("/responses").is_empty(), "listing runtimes and models must not start inference");
+
+    let id = r.submit("say hello").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}\n{}", r.b.log());
+    assert_eq!(t["final_response"], HELLO);
+    let events = r.b.all_events(&id).await;
+    let types = event_types(&events);
+    for expected in ["task.started", "turn.started", "agent.message", "task.completed"] {
+        assert!(types.iter().any(|t| t == expected), "no {expected} in {types:?}");
+    }
+    let text = serde_json::to_string(&events).unwrap();
+    for private in ["threadId", "thread_id", "turnId", "sessionId", r.ws.to_str().unwrap()] {
+        assert!(!text.contains(private), "{private} leaked into the events: {text}");
+    }
+    assert!(marker_pids(&id).is_empty());
+}
+
+#[tokio::test]
+async fn codex_command_approval_approved_runs_and_denied_does_not() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let id = r.submit("RUN_ESCALATED: echo approved > approved.txt").await;
+    let (rid, payload) = r.pending(&id).await;
+    assert_eq!(payload["category"], "command", "{payload:#}");
+    assert_eq!(payload["command_display"], "echo approved > approved.txt", "{payload:#}");
+    assert!(payload["title"].as_str().unwrap().contains("echo approved"));
+    assert_eq!(payload["reason"], "The scripted test needs to run this outside the sandbox");
+    assert_eq!(payload["relative_cwd"], ".", "the cwd is the workdir root: {payload:#}");
+    let decisions = payload["available_decisions"].as_array().unwrap();
+    assert!(decisions.contains(&json!("deny")) && decisions.contains(&json!("cancel_task")), "{payload:#}");
+    // The supervised child is the native binary, not the node launcher the config names.
+    assert!(!r.marked(&id, "codex").is_empty(), "no native codex among {:?}", marker_pids(&id));
+    assert!(r.marked(&id, "node").is_empty());
+    r.respond(&id, &rid, "approve_once").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(t["final_response"].as_str().unwrap().starts_with("DONE. tool output was:"), "{t:#}");
+    assert_eq!(std::fs::read_to_string(r.ws.join("approved.txt")).unwrap(), "approved\n");
+    let types = event_types(&r.b.all_events(&id).await);
+    for expected in ["approval.requested", "approval.resolved", "command.started", "command.finished"] {
+        assert!(types.iter().any(|t| t == expected), "no {expected} in {types:?}");
+    }
+
+    let id = r.submit("RUN_ESCALATED: echo denied > denied.txt").await;
+    let (rid, _) = r.pending(&id).await;
+    r.respond(&id, &rid, "deny").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(!r.ws.join("denied.txt").exists(), "a denied command ran");
+    let finished = r.b.all_events(&id).await.into_iter().find(|e| e["event_type"] == "command.finished");
+    if let Some(e) = finished {
+        assert_eq!(e["payload"]["status"], "declined", "{e:#}");
+    }
+}
+
+#[tokio::test]
+async fn codex_cancel_task_decision_cancels() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let id = r.submit("RUN_ESCALATED: echo never > never.txt").await;
+    let (rid, _) = r.pending(&id).await;
+    let answer = r.respond(&id, &rid, "cancel_task").await;
+    assert_eq!(answer["status"], "cancelled", "{answer:#}");
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "cancelled");
+    assert!(!r.ws.join("never.txt").exists());
+    r.no_survivors(&id, Duration::from_secs(5)).await;
+    // The model was not called again after the cancel.
+    assert_eq!(r.server.posts("/responses").len(), 1);
+}
+
+#[tokio::test]
+async fn codex_question_answer_reaches_the_model() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let id = r.submit("ASK_USER which color?").await;
+    let (rid, payload) = r.pending(&id).await;
+    let q = &payload["questions"][0];
+    assert_eq!(q["question_id"], "color", "{payload:#}");
+    assert_eq!(q["options"][0]["label"], "Blue");
+    let answers = json!([{ "question_id": "color", "selected_option_ids": [q["options"][0]["option_id"]] }]);
+    r.b.call("answer_agent_question", json!({ "task_id": id, "request_id": rid, "answers": answers }))
+        .await
+        .expect("answer");
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let outputs: Vec<String> = r.server.posts("/responses").iter().flat_map(responses::tool_outputs).collect();
+    assert!(outputs.iter().any(|o| o.contains("Blue")), "the answer did not reach the model: {outputs:?}");
+}
+
+#[tokio::test]
+async fn codex_cancel_during_a_running_command_leaves_no_process() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let id = r.submit("RUN_SHELL: echo started > started.txt; sleep 60").await;
+    let started = r.ws.join("started.txt");
+    poll_until("the command started", Duration::from_secs(30), || started.exists()).await;
+    assert!(r.marked(&id, "sleep").len() == 1, "the command runs under the marker: {:?}", marker_pids(&id));
+    let t0 = Instant::now();
+    let answer = r.b.call("cancel_agent_task", json!({ "task_id": id })).await.expect("cancel");
+    assert_eq!(answer["status"], "cancelled");
+    r.finish(&id).await;
+    r.no_survivors(&id, Duration::from_secs(2)).await;
+    assert!(t0.elapsed() < Duration::from_secs(15), "cleanup took {:?}", t0.elapsed());
+}
+
+#[tokio::test]
+async fn codex_continuation_resumes_the_same_thread_with_its_history() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let first = r.submit("SAY: the first answer").await;
+    assert_eq!(r.finish(&first).await["final_response"], "the first answer");
+    let second = r.submit_with(json!({ "prompt": "SAY: the second answer", "continue_from_task_id": first })).await;
+    let t = r.finish(&second).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert_eq!(t["final_response"], "the second answer");
+    let posts = r.server.posts("/responses");
+    let (a, b) = (&posts[0], posts.last().unwrap());
+    assert_eq!(a.header("thread-id"), b.header("thread-id"), "a different native session was used");
+    let history = responses::user_texts(b);
+    assert!(history.iter().any(|t| t.contains("SAY: the first answer")), "history not re-sent: {history:?}");
+    assert!(history.last().unwrap().contains("SAY: the second answer"));
+}
+
+#[tokio::test]
+async fn codex_unanswered_interaction_times_out_and_stops_the_cli() {
+    let Some(r) = RealBridge::start(Cli::Codex, &["SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS=2"]).await else {
+        return;
+    };
+    let id = r.submit("RUN_ESCALATED: echo late > late.txt").await;
+    r.pending(&id).await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "interrupted", "{t:#}");
+    assert_eq!(t["error"]["code"], "AGENT_INTERACTION_TIMED_OUT", "{t:#}");
+    r.no_survivors(&id, Duration::from_secs(2)).await;
+    assert!(!r.ws.join("late.txt").exists());
+}
+
+#[tokio::test]
+async fn codex_killed_mid_turn_fails_as_disconnected_and_the_guard_is_cleared_by_proof() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let id = r.submit("RUN_SHELL: echo started > started.txt; sleep 60").await;
+    let started = r.ws.join("started.txt");
+    poll_until("the command started", Duration::from_secs(30), || started.exists()).await;
+    let bridge = r.b.pid().unwrap() as i32;
+    let leader = r
+        .marked(&id, "codex")
+        .into_iter()
+        .find(|pid| parent_of(*pid) == Some(bridge))
+        .unwrap_or_else(|| panic!("no codex child of the bridge among {:?}", marker_pids(&id)));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(leader), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "failed", "{t:#}");
+    assert_eq!(t["error"]["code"], "AGENT_PROVIDER_DISCONNECTED", "{t:#}");
+    assert!(marker_pids(&id).is_empty(), "the guard was cleared while {:?} still run", marker_pids(&id));
+}
+
+/// The parent pid of `pid` (`/proc/<pid>/stat` field 4).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
