@@ -135,6 +135,7 @@ async fn codex_continuation_resumes_the_same_thread_with_its_history() {
     assert_eq!(t["final_response"], "the second answer");
     let posts = r.server.posts("/responses");
     let (a, b) = (&posts[0], posts.last().unwrap());
+    assert!(a.header("thread-id").is_some(), "no thread header in {:?}", a.headers);
     assert_eq!(a.header("thread-id"), b.header("thread-id"), "a different native session was used");
     let history = responses::user_texts(b);
     assert!(history.iter().any(|t| t.contains("SAY: the first answer")), "history not re-sent: {history:?}");

@@ -1,0 +1,200 @@
+//! The real Claude Code CLI (`claude -p` stream-json, pinned) through the bridge's public
+//! tools, against the scripted Messages server on 127.0.0.1. Skipped loudly when the CLI is
+//! not installed; mandatory in CI.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use e2e::model::messages::{self, HELLO};
+use e2e::real::{CLAUDE_VERSION, Cli, RealBridge};
+use e2e::{event_types, marker_pids, poll_until};
+
+use crate::codex::parent_of;
+
+#[tokio::test]
+async fn claude_plain_task_succeeds_with_the_models_answer() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let runtimes = r.b.call("list_agent_runtimes", json!({})).await.expect("runtimes");
+    let claude = runtimes["runtimes"].as_array().unwrap().iter().find(|x| x["name"] == "claude").cloned().unwrap();
+    assert_eq!(claude["available"], true, "{runtimes:#}");
+    assert_eq!(claude["version"], CLAUDE_VERSION);
+    assert_eq!(claude["live_steer"], false);
+    let models = r.b.call("list_agent_models", json!({ "runtime": "claude" })).await.expect("models");
+    assert_eq!(models["status"], "unsupported", "{models:#}");
+    assert!(r.server.posts("/v1/messages").is_empty(), "listing must not start inference");
+
+    let id = r.submit("say hello").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}\n{}", r.b.log());
+    assert_eq!(t["final_response"], HELLO);
+    let events = r.b.all_events(&id).await;
+    let types = event_types(&events);
+    for expected in ["task.started", "turn.started", "agent.message", "task.completed"] {
+        assert!(types.iter().any(|t| t == expected), "no {expected} in {types:?}");
+    }
+    let text = serde_json::to_string(&events).unwrap();
+    for private in ["session_id", "sessionId", "tool_use_id", "toolu_", r.ws.to_str().unwrap()] {
+        assert!(!text.contains(private), "{private} leaked into the events: {text}");
+    }
+    // Nothing but the scripted server was asked anything, and nothing non-essential.
+    for req in r.server.requests() {
+        assert!(req.path.starts_with("/v1/messages"), "unexpected request {} {}", req.method, req.path);
+    }
+    let steer = r.b.call("send_agent_message", json!({ "task_id": id, "message": "hi" })).await;
+    assert!(steer.is_err());
+}
+
+#[tokio::test]
+async fn claude_command_approval_approved_runs_and_denied_does_not() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let id = r.submit("RUN_BASH: echo approved > approved.txt").await;
+    let (rid, payload) = r.pending(&id).await;
+    assert_eq!(payload["category"], "command", "{payload:#}");
+    assert_eq!(payload["tool"], "Bash");
+    assert_eq!(payload["command_display"], "echo approved > approved.txt", "{payload:#}");
+    assert!(!payload.to_string().contains(r.ws.to_str().unwrap()), "a host path leaked: {payload:#}");
+    r.respond(&id, &rid, "approve_once").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(t["final_response"].as_str().unwrap().starts_with("DONE. tool result was:"), "{t:#}");
+    assert_eq!(std::fs::read_to_string(r.ws.join("approved.txt")).unwrap(), "approved\n");
+    let events = r.b.all_events(&id).await;
+    let finished = events.iter().find(|e| e["event_type"] == "command.finished").expect("command.finished");
+    assert_eq!(finished["payload"]["status"], "completed", "{finished:#}");
+
+    let id = r.submit("RUN_BASH: echo denied > denied.txt").await;
+    let (rid, _) = r.pending(&id).await;
+    r.respond(&id, &rid, "deny").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(!r.ws.join("denied.txt").exists(), "a denied command ran");
+    let events = r.b.all_events(&id).await;
+    let finished = events.iter().find(|e| e["event_type"] == "command.finished").expect("command.finished");
+    assert_eq!(finished["payload"]["status"], "declined", "{finished:#}");
+}
+
+#[tokio::test]
+async fn claude_cancel_task_decision_cancels() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let id = r.submit("RUN_BASH: echo never > never.txt").await;
+    let (rid, _) = r.pending(&id).await;
+    let answer = r.respond(&id, &rid, "cancel_task").await;
+    assert_eq!(answer["status"], "cancelled", "{answer:#}");
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "cancelled");
+    assert!(!r.ws.join("never.txt").exists());
+    r.no_survivors(&id, Duration::from_secs(5)).await;
+    assert_eq!(r.server.posts("/v1/messages").len(), 1, "the model was called again after the cancel");
+}
+
+#[tokio::test]
+async fn claude_question_answer_reaches_the_model() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let id = r.submit("ASK_USER which color?").await;
+    let (rid, payload) = r.pending(&id).await;
+    let q = &payload["questions"][0];
+    assert_eq!(q["prompt"], "Color: Which color should I use?", "{payload:#}");
+    assert_eq!(q["options"][0]["label"], "Blue");
+    let answers = json!([{ "question_id": q["question_id"], "selected_option_ids": [q["options"][0]["option_id"]] }]);
+    r.b.call("answer_agent_question", json!({ "task_id": id, "request_id": rid, "answers": answers }))
+        .await
+        .expect("answer");
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let last = r.server.posts("/v1/messages").pop().expect("a model request");
+    let texts = messages::user_texts(&last);
+    assert!(texts.iter().any(|t| t.contains("Blue")), "the answer did not reach the model: {texts:?}");
+}
+
+#[tokio::test]
+async fn claude_cancel_during_a_running_command_leaves_no_process() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let id = r.submit("RUN_BASH: echo started > started.txt; sleep 60").await;
+    let (rid, _) = r.pending(&id).await;
+    r.respond(&id, &rid, "approve_once").await;
+    let started = r.ws.join("started.txt");
+    poll_until("the command started", Duration::from_secs(30), || started.exists()).await;
+    let t0 = Instant::now();
+    let answer = r.b.call("cancel_agent_task", json!({ "task_id": id })).await.expect("cancel");
+    assert_eq!(answer["status"], "cancelled");
+    r.finish(&id).await;
+    r.no_survivors(&id, Duration::from_secs(2)).await;
+    assert!(t0.elapsed() < Duration::from_secs(15), "cleanup took {:?}", t0.elapsed());
+}
+
+#[tokio::test]
+async fn claude_continuation_resumes_the_same_session_with_its_history() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let first = r.submit("SAY: the first answer").await;
+    assert_eq!(r.finish(&first).await["final_response"], "the first answer");
+    let second = r.submit_with(json!({ "prompt": "SAY: the second answer", "continue_from_task_id": first })).await;
+    let t = r.finish(&second).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert_eq!(t["final_response"], "the second answer");
+    let posts = r.server.posts("/v1/messages");
+    let (a, b) = (&posts[0], posts.last().unwrap());
+    let session = |req: &e2e::model::Request| req.header("x-claude-code-session-id").map(str::to_owned);
+    assert!(session(a).is_some(), "no session header in {:?}", a.headers);
+    assert_eq!(session(a), session(b), "a different native session was used");
+    let history = messages::user_texts(b);
+    assert!(history.iter().any(|t| t.contains("SAY: the first answer")), "history not re-sent: {history:?}");
+}
+
+#[tokio::test]
+async fn claude_unanswered_interaction_times_out_and_stops_the_cli() {
+    let Some(r) = RealBridge::start(Cli::Claude, &["SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS=2"]).await else {
+        return;
+    };
+    let id = r.submit("RUN_BASH: echo late > late.txt").await;
+    r.pending(&id).await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "interrupted", "{t:#}");
+    assert_eq!(t["error"]["code"], "AGENT_INTERACTION_TIMED_OUT", "{t:#}");
+    r.no_survivors(&id, Duration::from_secs(2)).await;
+    assert!(!r.ws.join("late.txt").exists());
+}
+
+/// Kills the `claude` child of the bridge with SIGKILL while the approved command runs;
+/// returns the command's shell pids (in their own session, so the group kill misses them).
+async fn kill_claude_mid_command(r: &RealBridge, id: &str) -> Vec<i32> {
+    let (rid, _) = r.pending(id).await;
+    r.respond(id, &rid, "approve_once").await;
+    let started = r.ws.join("started.txt");
+    poll_until("the command started", Duration::from_secs(30), || started.exists()).await;
+    let bridge = r.b.pid().unwrap() as i32;
+    let pids = marker_pids(id);
+    let leader = pids
+        .iter()
+        .copied()
+        .find(|pid| parent_of(*pid) == Some(bridge))
+        .unwrap_or_else(|| panic!("no child of the bridge among {pids:?}"));
+    let sleepers = r.marked(id, "sleep");
+    assert!(!sleepers.is_empty(), "the command is not running: {pids:?}");
+    let leader_group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(leader))).unwrap();
+    let escaped: Vec<i32> = sleepers
+        .iter()
+        .copied()
+        .filter(|p| nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(*p))).is_ok_and(|g| g != leader_group))
+        .collect();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(leader), nix::sys::signal::Signal::SIGKILL).unwrap();
+    escaped
+}
+
+#[tokio::test]
+async fn claude_killed_mid_turn_fails_as_disconnected_and_its_escaped_command_is_killed_before_the_guard_clears() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let id = r.submit("RUN_BASH: echo started > started.txt; sleep 60").await;
+    let escaped = kill_claude_mid_command(&r, &id).await;
+    assert!(!escaped.is_empty(), "Claude's Bash command should run in its own session (notes §7)");
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "failed", "{t:#}");
+    assert_eq!(t["error"]["code"], "AGENT_PROVIDER_DISCONNECTED", "{t:#}");
+    // `finish` waited for the guard to clear: by then the escaped command must be gone.
+    for pid in escaped {
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"));
+        assert!(!alive, "the escaped command {pid} outlived the guard");
+    }
+    assert!(marker_pids(&id).is_empty(), "{:?}", marker_pids(&id));
+}
