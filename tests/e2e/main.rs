@@ -5,6 +5,7 @@ mod claude;
 mod codex;
 mod idempotency;
 mod idle;
+mod measure;
 mod policy;
 mod protocol;
 mod restart;

@@ -224,14 +224,26 @@ impl Session {
     /// Stops the provider: closes its input, gives it `grace` to exit, then escalates
     /// (see [`Supervised::stop`]); drains the I/O tasks; returns the proof.
     pub async fn stop(self, grace: Duration) -> StopProof {
-        let Session { events, commands, process, io_tasks, .. } = self;
+        let Session { events, commands, mut process, io_tasks, .. } = self;
         drop(commands);
         drop(events);
-        let proof = process.stop(grace, Duration::from_secs(5)).await;
+        // Timed in two parts for the log: the provider's own exit, then the bridge's proof.
+        let t0 = tokio::time::Instant::now();
+        let exited = tokio::time::timeout(grace, process.wait()).await.is_ok();
+        let t1 = tokio::time::Instant::now();
+        let proof = process.stop(grace.saturating_sub(t1 - t0), Duration::from_secs(5)).await;
         for task in io_tasks {
             task.abort();
             let _ = task.await;
         }
+        tracing::debug!(
+            exited_on_its_own = exited,
+            exit_ms = (t1 - t0).as_millis() as u64,
+            proof_ms = t1.elapsed().as_millis() as u64,
+            proven = proof.proven(),
+            survivors_killed = proof.survivors_killed,
+            "provider stopped"
+        );
         proof
     }
 }

@@ -1,0 +1,102 @@
+//! Latency of a one-message turn per real CLI against the scripted servers (run on demand:
+//! `cargo test -p e2e --test e2e measure -- --ignored --nocapture`). Timing targets never
+//! live in tests; this prints figures.
+//!
+//! Per run: submit → the provider's first event (`turn.started`, recorded by the bridge),
+//! submit → `succeeded` as a caller sees it, and where the time goes, from the store's event
+//! times (ms): bridge before the spawn (`task.submitted` → `task.started`), CLI start-up and
+//! handshake (→ `turn.started`), the turn (→ last `agent.message`), and the stop with proof plus
+//! persistence (→ `task.completed`).
+
+use std::time::{Duration, Instant};
+
+use e2e::real::{Cli, RealBridge};
+
+fn event_times(r: &RealBridge, task_id: &str) -> Vec<(String, i64)> {
+    let db = r.b.db();
+    let mut stmt =
+        db.prepare("SELECT event_type, created_at FROM events WHERE task_id = ?1 ORDER BY event_id").unwrap();
+    stmt.query_map([task_id], |row| Ok((row.get(0)?, row.get(1)?))).unwrap().map(Result::unwrap).collect()
+}
+
+fn at(events: &[(String, i64)], kind: &str, last: bool) -> i64 {
+    let mut it = events.iter().filter(|(t, _)| t == kind).map(|(_, ms)| *ms);
+    let found = if last { it.last() } else { it.next() };
+    found.unwrap_or_else(|| panic!("no {kind} in {events:?}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[allow(clippy::print_stderr)]
+async fn measure(cli: Cli) {
+    let Some(r) = RealBridge::start(cli, &[]).await else { return };
+    // One warm-up turn (page cache, the CLI's first-run files), then the measured ones.
+    let warm = r.submit("say hello").await;
+    r.finish(&warm).await;
+    let runs = 7;
+    let mut rows: Vec<[f64; 7]> = Vec::new();
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let id = r.submit("say hello").await;
+        let submit_rtt = t0.elapsed();
+        let first = r.b.wait_for(&id, |t| t["status"] != "queued" && t["status"] != "starting").await;
+        let _ = first;
+        let done = r.b.wait_terminal(&id).await;
+        let to_succeeded = t0.elapsed();
+        assert_eq!(done["status"], "succeeded");
+        r.b.wait_released(&id, 3).await;
+        let ev = event_times(&r, &id);
+        let submitted = at(&ev, "task.submitted", false);
+        let started = at(&ev, "task.started", false);
+        let turn = at(&ev, "turn.started", false);
+        let message = at(&ev, "agent.message", true);
+        let completed = at(&ev, "task.completed", false);
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        rows.push([
+            ms(submit_rtt),
+            (turn - submitted) as f64,
+            ms(to_succeeded),
+            (started - submitted) as f64,
+            (turn - started) as f64,
+            (message - turn) as f64,
+            (completed - message) as f64,
+        ]);
+    }
+    let col = |i: usize| median(rows.iter().map(|r| r[i]).collect());
+    // The bridge logs each provider stop in two parts: the CLI's own exit once its input is
+    // closed, and the proof (group kill, `/proc` marker sweep).
+    let log = r.b.log();
+    let field = |line: &str, key: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+    };
+    let stops: Vec<&str> = log.lines().filter(|l| l.contains("provider stopped")).collect();
+    let exit = median(stops.iter().filter_map(|l| field(l, "exit_ms=")).collect());
+    let proof = median(stops.iter().filter_map(|l| field(l, "proof_ms=")).collect());
+    eprintln!(
+        "MEASURE {cli:?} (median of {runs}, ms): submit rtt {:.1} | submit→first provider event {:.0} | submit→succeeded seen {:.0} || bridge before spawn {:.0} | CLI start+handshake {:.0} | turn {:.0} | stop with proof + persist {:.0} (CLI exit {exit:.0}, proof {proof:.0})",
+        col(0),
+        col(1),
+        col(2),
+        col(3),
+        col(4),
+        col(5),
+        col(6)
+    );
+}
+
+#[tokio::test]
+#[ignore = "prints latency figures; run on demand"]
+async fn measure_one_message_turn_codex() {
+    measure(Cli::Codex).await;
+}
+
+#[tokio::test]
+#[ignore = "prints latency figures; run on demand"]
+async fn measure_one_message_turn_claude() {
+    measure(Cli::Claude).await;
+}
