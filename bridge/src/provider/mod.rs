@@ -25,6 +25,8 @@ pub mod events;
 pub mod fake;
 pub mod fake_agent;
 pub mod io;
+#[cfg(test)]
+mod map_tests;
 pub mod probe;
 pub mod process;
 
