@@ -198,3 +198,20 @@ async fn claude_killed_mid_turn_fails_as_disconnected_and_its_escaped_command_is
     }
     assert!(marker_pids(&id).is_empty(), "{:?}", marker_pids(&id));
 }
+
+#[tokio::test]
+async fn claude_review_task_refuses_changes_without_asking() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let id = r.submit_with(json!({ "prompt": "RUN_BASH: echo x > review.txt", "profile": "review" })).await;
+    let t = r.b.wait_terminal(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(!r.ws.join("review.txt").exists(), "a review task wrote to the workdir");
+    let events = r.b.all_events(&id).await;
+    let types = event_types(&events);
+    assert!(!types.contains(&"approval.requested".to_owned()), "{types:?}");
+    assert!(types.contains(&"provider.warning".to_owned()), "{types:?}");
+    assert!(t["final_response"].as_str().unwrap().contains("review profile"), "{t:#}");
+    // The model is not even offered the editing tools.
+    let tools = r.server.posts("/v1/messages")[0].body["tools"].clone();
+    assert!(!tools.as_array().unwrap().iter().any(|t| t["name"] == "Write"), "Write offered to a review task");
+}

@@ -180,3 +180,36 @@ pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
 }
+
+#[tokio::test]
+async fn codex_steering_reaches_the_running_turn() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let id = r.submit("SLOW please").await;
+    r.b.wait_for(&id, |t| t["status"] == "running").await;
+    poll_until("the model is streaming", Duration::from_secs(20), || !r.server.posts("/responses").is_empty()).await;
+    let sent = r.b.call("send_agent_message", json!({ "task_id": id, "message": "SAY: steered" })).await;
+    assert_eq!(sent.expect("steer")["accepted"], true);
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let posts = r.server.posts("/responses");
+    let steered = posts.iter().any(|p| responses::last_user_text(p).contains("SAY: steered"));
+    assert!(
+        steered,
+        "the steering message never reached the model: {:?}",
+        posts.iter().map(responses::last_user_text).collect::<Vec<_>>()
+    );
+    assert_eq!(t["final_response"], "steered", "{t:#}");
+}
+
+#[tokio::test]
+async fn codex_review_task_runs_read_only() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let id = r.submit_with(json!({ "prompt": "RUN_SHELL: echo x > review.txt", "profile": "review" })).await;
+    let t = r.b.wait_terminal(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(!r.ws.join("review.txt").exists(), "a review task wrote to the workdir");
+    let events = r.b.all_events(&id).await;
+    assert!(!event_types(&events).contains(&"approval.requested".to_owned()));
+    let output = responses::tool_outputs(r.server.posts("/responses").last().unwrap()).join("\n");
+    assert!(output.contains("Read-only") || output.contains("exited with code 1"), "{output}");
+}

@@ -11,7 +11,7 @@
 //! | `RUN_BASH:<cmd>` | a `Bash` tool use running `<cmd>` |
 //! | `WRITE_FILE:<path>` | a `Write` tool use creating `<path>` |
 //! | `ASK_USER` | an `AskUserQuestion` tool use with one question (Blue / Red) |
-//! | `SLOW` | a long answer streamed over about ten seconds |
+//! | `SLOW` | an answer streamed over about four seconds |
 //! | `SAY:<text>` | `<text>` |
 //! | anything else | [`HELLO`] |
 //!
@@ -114,7 +114,7 @@ fn reply(request: &Request) -> Reply {
         return tool(n, "AskUserQuestion", input, stream);
     }
     if prompt.contains("SLOW") {
-        return text(n, "This answer takes a long time to arrive. ", stream, Duration::from_millis(250), 40);
+        return text(n, "This answer takes a while to arrive. ", stream, Duration::from_millis(250), 16);
     }
     if let Some(said) = after(&prompt, "SAY:") {
         return text(n, said, stream, Duration::ZERO, 1);

@@ -8,7 +8,7 @@
 //! | `RUN_SHELL:<cmd>` | an `exec_command` call running `<cmd>` in the sandbox |
 //! | `RUN_ESCALATED:<cmd>` | an `exec_command` call asking to run `<cmd>` outside the sandbox (Codex asks for approval) |
 //! | `ASK_USER` | a `request_user_input` call with one question (`color`: Blue / Red) |
-//! | `SLOW` | a long answer streamed over about ten seconds |
+//! | `SLOW` | an answer streamed over about four seconds |
 //! | `SAY:<text>` | `<text>` |
 //! | anything else | [`HELLO`] |
 
@@ -107,7 +107,7 @@ fn reply(request: &Request) -> Reply {
         return call(n, "request_user_input", args);
     }
     if prompt.contains("SLOW") {
-        return text(n, "This answer takes a long time to arrive. ", Duration::from_millis(250), 40);
+        return text(n, "This answer takes a while to arrive. ", Duration::from_millis(250), 16);
     }
     if let Some(said) = after(&prompt, "SAY:") {
         return text(n, said, Duration::ZERO, 1);
