@@ -21,7 +21,7 @@ fn event_times(r: &RealBridge, task_id: &str) -> Vec<(String, i64)> {
 
 fn at(events: &[(String, i64)], kind: &str, last: bool) -> i64 {
     let mut it = events.iter().filter(|(t, _)| t == kind).map(|(_, ms)| *ms);
-    let found = if last { it.last() } else { it.next() };
+    let found = if last { it.next_back() } else { it.next() };
     found.unwrap_or_else(|| panic!("no {kind} in {events:?}"))
 }
 
