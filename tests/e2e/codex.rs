@@ -213,3 +213,27 @@ async fn codex_review_task_runs_read_only() {
     let output = responses::tool_outputs(r.server.posts("/responses").last().unwrap()).join("\n");
     assert!(output.contains("Read-only") || output.contains("exited with code 1"), "{output}");
 }
+
+#[tokio::test]
+async fn codex_that_dies_during_its_handshake_fails_the_task_at_once() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    // Codex 0.169 refuses this setting at start-up and exits before answering `initialize`
+    // (notes §4.7): the pending request must fail at stdout EOF, not hang.
+    let config = r.cli_home.join("config.toml");
+    let original = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("approval_policy = \"untrusted\"\n{original}")).unwrap();
+    let models = r.b.call("list_agent_models", json!({ "runtime": "codex" })).await.expect("models");
+    assert_ne!(models["status"], "ok", "{models:#}");
+    let t0 = Instant::now();
+    let id = r.submit("say hello").await;
+    let t = r.finish(&id).await;
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+    assert_eq!(t["status"], "failed", "{t:#}");
+    assert_eq!(t["error"]["code"], "AGENT_PROVIDER_DISCONNECTED", "{t:#}");
+    assert!(t["error"]["message"].as_str().unwrap().contains("untrusted"), "{t:#}");
+    std::fs::write(&config, original).unwrap();
+    let models = r.b.call("list_agent_models", json!({ "runtime": "codex" })).await.expect("models");
+    assert_eq!(models["status"], "ok", "{models:#}");
+    let first = &models["models"][0];
+    assert!(first["id"].is_string() && first["display_name"].is_string(), "{models:#}");
+}
