@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use bridge_proto::framing::{Line, read_line};
 
@@ -83,9 +84,17 @@ pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(
 }
 
 /// Keeps the last [`STDERR_TAIL`] bytes of the child's stderr in `tail` (so the pipe never
-/// fills and a failure can quote the CLI's last words).
-pub fn spawn_stderr<R: AsyncRead + Unpin + Send + 'static>(mut stderr: R, tail: Arc<Mutex<String>>) -> JoinHandle<()> {
-    tokio::spawn(async move {
+/// fills and a failure can quote the CLI's last words). The token is cancelled once stderr has
+/// ended: a driver that sees stdout end waits for it (briefly), so the tail is complete when
+/// the runner quotes it.
+pub fn spawn_stderr<R: AsyncRead + Unpin + Send + 'static>(
+    mut stderr: R,
+    tail: Arc<Mutex<String>>,
+) -> (JoinHandle<()>, CancellationToken) {
+    let done = CancellationToken::new();
+    let finished = done.clone();
+    let task = tokio::spawn(async move {
+        let _finished = finished.drop_guard();
         let mut buf = vec![0u8; 4096];
         while let Ok(n) = stderr.read(&mut buf).await {
             if n == 0 {
@@ -100,7 +109,13 @@ pub fn spawn_stderr<R: AsyncRead + Unpin + Send + 'static>(mut stderr: R, tail: 
                 }
             }
         }
-    })
+    });
+    (task, done)
+}
+
+/// Waits, at most half a second, until stderr has ended (see [`spawn_stderr`]).
+pub async fn stderr_settled(done: &CancellationToken) {
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), done.cancelled()).await;
 }
 
 /// The first `max` bytes of `s`, cut on a character boundary, with `…` when cut.

@@ -28,6 +28,7 @@ pub(super) struct Driver {
     pub outbox: mpsc::UnboundedSender<Value>,
     pub commands: mpsc::Receiver<ProviderCommand>,
     pub events: mpsc::Sender<ProviderEvent>,
+    pub stderr_done: tokio_util::sync::CancellationToken,
     pub spec: StartSpec,
 }
 
@@ -65,8 +66,16 @@ impl Driver {
         let _ = self.outbox.send(msg);
     }
 
-    /// Runs the session to its end.
-    pub async fn run(mut self) {
+    /// Runs the session to its end. When the CLI's output ends first, the event stream ends
+    /// once its stderr has been read (the runner quotes its last words).
+    pub async fn run(self) {
+        let (done, events) = (self.stderr_done.clone(), self.events.clone());
+        self.run_inner().await;
+        crate::provider::io::stderr_settled(&done).await;
+        drop(events);
+    }
+
+    async fn run_inner(mut self) {
         self.send(json!({ "type": "control_request", "request_id": INIT_ID, "request": { "subtype": "initialize", "hooks": null } }));
         let mut state = State::default();
         let init_deadline = tokio::time::Instant::now() + INIT_BOUND;

@@ -127,10 +127,10 @@ impl ClaudeRuntime {
         let reader = io::spawn_reader(BufReader::new(spawned.stdout), lines_tx);
         let writer = io::spawn_writer(spawned.stdin, outbox_rx);
         let stderr_tail = Arc::new(Mutex::new(String::new()));
-        let drain = io::spawn_stderr(spawned.stderr, Arc::clone(&stderr_tail));
+        let (drain, stderr_done) = io::spawn_stderr(spawned.stderr, Arc::clone(&stderr_tail));
         let (event_tx, events) = mpsc::channel(256);
         let (commands, command_rx) = mpsc::channel(16);
-        let driver = driver::Driver { lines, outbox, commands: command_rx, events: event_tx, spec };
+        let driver = driver::Driver { lines, outbox, commands: command_rx, events: event_tx, stderr_done, spec };
         let run = tokio::spawn(driver.run());
         Ok(Session {
             events,

@@ -39,6 +39,7 @@ pub(super) struct Driver {
     pub incoming: mpsc::UnboundedReceiver<Incoming>,
     pub commands: mpsc::Receiver<ProviderCommand>,
     pub events: mpsc::Sender<ProviderEvent>,
+    pub stderr_done: tokio_util::sync::CancellationToken,
     pub spec: StartSpec,
 }
 
@@ -82,8 +83,16 @@ impl Driver {
         self.emit_all(vec![(events::PROVIDER_WARNING, json!({ "message": message }))]).await;
     }
 
-    /// Runs the session to its end.
-    pub async fn run(mut self) {
+    /// Runs the session to its end. When Codex's output ends first, the event stream ends
+    /// once its stderr has been read (the runner quotes its last words).
+    pub async fn run(self) {
+        let (done, events) = (self.stderr_done.clone(), self.events.clone());
+        self.run_inner().await;
+        crate::provider::io::stderr_settled(&done).await;
+        drop(events);
+    }
+
+    async fn run_inner(mut self) {
         let mut commands = std::mem::replace(&mut self.commands, mpsc::channel(1).1);
         let started = tokio::select! {
             r = self.start_turn() => Some(r),

@@ -111,7 +111,7 @@ impl CodexRuntime {
         let reader = io::spawn_reader(BufReader::new(spawned.stdout), lines_tx);
         let writer = io::spawn_writer(spawned.stdin, outbox_rx);
         let stderr_tail = Arc::new(Mutex::new(String::new()));
-        let drain = io::spawn_stderr(spawned.stderr, Arc::clone(&stderr_tail));
+        let (drain, stderr_done) = io::spawn_stderr(spawned.stderr, Arc::clone(&stderr_tail));
         let (rpc, incoming, router) = rpc::Rpc::start(lines, outbox);
         let (event_tx, events) = mpsc::channel(256);
         let (commands, command_rx) = mpsc::channel(16);
@@ -122,7 +122,7 @@ impl CodexRuntime {
             io_tasks: vec![reader, writer, drain, router],
             stderr_tail,
         };
-        Ok((session, rpc, Channels { incoming, command_rx, event_tx }))
+        Ok((session, rpc, Channels { incoming, command_rx, event_tx, stderr_done }))
     }
 
     /// Spawns `codex app-server` in the task's cwd and starts (or resumes) the turn. Returns at
@@ -130,7 +130,14 @@ impl CodexRuntime {
     /// child before anything else happens.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
         let (mut session, rpc, ch) = self.spawn_child(&spec.task_id, &spec.cwd)?;
-        let driver = driver::Driver { rpc, incoming: ch.incoming, commands: ch.command_rx, events: ch.event_tx, spec };
+        let driver = driver::Driver {
+            rpc,
+            incoming: ch.incoming,
+            commands: ch.command_rx,
+            events: ch.event_tx,
+            stderr_done: ch.stderr_done,
+            spec,
+        };
         session.io_tasks.push(tokio::spawn(driver.run()));
         Ok(session)
     }
@@ -170,6 +177,7 @@ struct Channels {
     incoming: mpsc::UnboundedReceiver<rpc::Incoming>,
     command_rx: mpsc::Receiver<super::ProviderCommand>,
     event_tx: mpsc::Sender<super::ProviderEvent>,
+    stderr_done: tokio_util::sync::CancellationToken,
 }
 
 async fn list_models(rpc: &rpc::Rpc) -> Result<Vec<Value>, rpc::RpcError> {
