@@ -25,6 +25,8 @@ use super::{RuntimeInfo, Session, StartError, StartSpec};
 use crate::config::{RuntimeBinary, RuntimeName};
 
 mod driver;
+#[cfg(test)]
+mod driver_tests;
 pub mod map;
 pub mod rpc;
 
