@@ -2,7 +2,8 @@
 //! its turn, and keeps answering it until the runner lets go.
 //!
 //! Start-up is `initialize` → `initialized` → `thread/start` (or `thread/resume`) →
-//! `turn/start`; an interrupt that arrives meanwhile ends the session as interrupted. Then
+//! `turn/start`; an interrupt that arrives meanwhile ends the session as interrupted (the
+//! runner's stop then closes Codex's input, which ends Codex and anything it started). Then
 //! notifications become events, the four human-in-the-loop requests become approvals and
 //! questions, any other server request is refused at once, and `turn/completed` ends the turn
 //! (after an interrupt, `thread/backgroundTerminals/clean` first stops the commands Codex keeps

@@ -109,6 +109,11 @@ async fn an_interrupt_cleans_background_terminals_before_the_turn_ends() {
     let (mut peer, mut events, commands) = start(Some("th_1")).await;
     let resume = handshake(&mut peer, &mut events, "thread/resume").await;
     assert_eq!(resume["params"]["threadId"], "th_1");
+    // Once the turn runs (its notifications flow), an interrupt goes to Codex.
+    peer.say(json!({ "method": "turn/started", "params": { "threadId": "th_1", "turn": { "id": "tu_1" } } })).await;
+    assert!(
+        matches!(next(&mut events).await, ProviderEvent::Event { ref event_type, .. } if event_type == "turn.started")
+    );
     commands.send(ProviderCommand::Interrupt).await.unwrap();
     let interrupt = peer.expect("turn/interrupt").await;
     assert_eq!(interrupt["params"], json!({ "threadId": "th_1", "turnId": "tu_1" }));
@@ -118,6 +123,14 @@ async fn an_interrupt_cleans_background_terminals_before_the_turn_ends() {
     // Nothing is reported before the clean is answered.
     assert!(tokio::time::timeout(Duration::from_millis(100), events.recv()).await.is_err());
     peer.reply(&clean, json!({})).await;
+    assert_eq!(next(&mut events).await, ProviderEvent::Finished(TurnOutcome::Interrupted));
+}
+
+#[tokio::test]
+async fn an_interrupt_during_the_handshake_ends_the_turn_as_interrupted() {
+    let (mut peer, mut events, commands) = start(None).await;
+    peer.expect("initialize").await;
+    commands.send(ProviderCommand::Interrupt).await.unwrap();
     assert_eq!(next(&mut events).await, ProviderEvent::Finished(TurnOutcome::Interrupted));
 }
 

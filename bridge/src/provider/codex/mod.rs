@@ -48,7 +48,11 @@ pub struct CodexRuntime {
     home: Option<PathBuf>,
     base_env: BaseEnv,
     probe: Arc<ProbeCache>,
+    catalog: Arc<tokio::sync::Mutex<Option<(std::time::Instant, Value)>>>,
 }
+
+/// How long a model catalog is reused (each listing starts a short-lived app-server).
+const CATALOG_TTL: Duration = Duration::from_secs(60);
 
 impl CodexRuntime {
     /// From the configured binary (already resolved by the caller when it was found on PATH).
@@ -58,6 +62,7 @@ impl CodexRuntime {
             home: binary.home.clone(),
             base_env,
             probe: Arc::default(),
+            catalog: Arc::default(),
         }
     }
 
@@ -145,8 +150,23 @@ impl CodexRuntime {
     }
 
     /// The model catalog from `model/list` (read from Codex's bundled catalog and its cache;
-    /// no inference, no turn). Runs a short-lived app-server in the runtime's home.
+    /// no inference, no turn). Runs a short-lived app-server in the runtime's home; a good
+    /// answer is reused for a minute.
     pub async fn models(&self) -> Value {
+        let mut catalog = self.catalog.lock().await;
+        if let Some((at, listed)) = catalog.as_ref()
+            && at.elapsed() < CATALOG_TTL
+        {
+            return listed.clone();
+        }
+        let listed = self.list().await;
+        if listed["status"] == "ok" {
+            *catalog = Some((std::time::Instant::now(), listed.clone()));
+        }
+        listed
+    }
+
+    async fn list(&self) -> Value {
         let unavailable = |detail: String| json!({ "runtime": "codex", "status": "unavailable", "scope": "none", "models": [], "detail": detail });
         let info = self.info().await;
         if !info.available {
