@@ -237,3 +237,18 @@ async fn codex_that_dies_during_its_handshake_fails_the_task_at_once() {
     let first = &models["models"][0];
     assert!(first["id"].is_string() && first["display_name"].is_string(), "{models:#}");
 }
+
+#[tokio::test]
+async fn codex_command_output_keeps_a_long_command_alive_under_the_idle_timeout() {
+    let Some(r) = RealBridge::start(Cli::Codex, &["SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS=3"]).await else {
+        return;
+    };
+    let id = r.submit("RUN_SHELL: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let events = r.b.all_events(&id).await;
+    let outputs: Vec<&serde_json::Value> = events.iter().filter(|e| e["event_type"] == "command.output").collect();
+    assert!(outputs.len() >= 2, "{:?}", event_types(&events));
+    assert!(outputs.iter().all(|e| e["payload"]["item"] == 1), "{outputs:?}");
+    assert!(outputs.last().unwrap()["payload"]["output"].as_str().unwrap().contains("tick"), "{outputs:?}");
+}

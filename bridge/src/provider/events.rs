@@ -11,6 +11,7 @@
 //! | `turn.started` | `{}` — the agent began working on the prompt |
 //! | `agent.message` | `{text, phase?}` — text the agent wrote (`phase`: Codex's `commentary` / `final_answer`) |
 //! | `command.started` | `{item, command, cwd?}` — a shell command is about to run (`cwd` relative to the workdir) |
+//! | `command.output` | `{item, output}` — the running command's latest output (last ≤ 2000 bytes), at most every 2 s |
 //! | `command.finished` | `{item, command, status, exit_code?, duration_ms?, output?}` — `status` ∈ `completed`, `failed`, `declined`, `interrupted`; `output` is the last ≤ 2000 bytes |
 //! | `file_change.started` | `{item, tool?, changes: [{path, kind}]}` — `kind` ∈ `add`, `update`, `delete` |
 //! | `file_change.finished` | `{item, status, changes}` — same statuses as commands |
@@ -34,6 +35,8 @@ pub const TURN_STARTED: &str = "turn.started";
 pub const AGENT_MESSAGE: &str = "agent.message";
 /// See the module table.
 pub const COMMAND_STARTED: &str = "command.started";
+/// See the module table.
+pub const COMMAND_OUTPUT: &str = "command.output";
 /// See the module table.
 pub const COMMAND_FINISHED: &str = "command.finished";
 /// See the module table.
@@ -70,6 +73,37 @@ pub fn status(native: &str) -> &'static str {
 pub fn bounded_value(v: &Value) -> Value {
     let text = v.to_string();
     if text.len() <= MAX_INPUT_BYTES { v.clone() } else { Value::String(clip(&text, MAX_INPUT_BYTES)) }
+}
+
+/// How often a running command's output is reported.
+pub const OUTPUT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Running commands' output, reported at most every [`OUTPUT_EVERY`] per command (progress for
+/// callers, and liveness for the event-idle timeout) without an event per chunk.
+#[derive(Debug, Default)]
+pub struct Output {
+    tails: HashMap<u64, (String, Option<std::time::Instant>)>,
+}
+
+impl Output {
+    /// Adds a chunk of item `n`'s output; returns the `command.output` payload when one is due.
+    pub fn push(&mut self, n: u64, chunk: &str, now: std::time::Instant) -> Option<Value> {
+        let (tail, last) = self.tails.entry(n).or_default();
+        tail.push_str(chunk);
+        if tail.len() > 4000 {
+            *tail = super::io::clip_tail(tail, 2000);
+        }
+        if last.is_some_and(|at| now.duration_since(at) < OUTPUT_EVERY) {
+            return None;
+        }
+        *last = Some(now);
+        Some(serde_json::json!({ "item": n, "output": super::io::clip_tail(tail, 2000) }))
+    }
+
+    /// Forgets a finished item.
+    pub fn done(&mut self, n: u64) {
+        self.tails.remove(&n);
+    }
 }
 
 /// What an open item is.
@@ -156,5 +190,20 @@ mod tests {
         assert_eq!(rest[0].0, TOOL_FINISHED);
         assert_eq!(rest[0].1["status"], "interrupted");
         assert_eq!(items.close("never", Item::Tool("x".into())), 3);
+    }
+
+    #[test]
+    fn command_output_is_reported_at_most_every_two_seconds() {
+        let mut out = Output::default();
+        let t0 = std::time::Instant::now();
+        assert_eq!(out.push(1, "a", t0).unwrap()["output"], "a");
+        assert!(out.push(1, "b", t0 + std::time::Duration::from_millis(500)).is_none());
+        let later = out.push(1, "c", t0 + OUTPUT_EVERY).unwrap();
+        assert_eq!(later["output"], "abc");
+        let big = "x".repeat(10_000);
+        let clipped = out.push(2, &big, t0).unwrap();
+        assert!(clipped["output"].as_str().unwrap().len() <= 2000 + '…'.len_utf8());
+        out.done(1);
+        assert_eq!(out.push(1, "d", t0 + OUTPUT_EVERY).unwrap()["output"], "d");
     }
 }

@@ -50,6 +50,7 @@ struct Turn {
     thread_id: String,
     turn_id: String,
     items: Items,
+    output: events::Output,
     relayed: HashMap<String, Relayed>,
     messages: Vec<(Option<String>, String)>,
     interrupted: bool,
@@ -197,6 +198,15 @@ impl Driver {
                         }
                     }
                     "turn/completed" => return Some(self.complete(turn, &params).await),
+                    "item/commandExecution/outputDelta" => {
+                        let item = params.get("itemId").and_then(Value::as_str).and_then(|id| turn.items.get(id));
+                        let delta = params.get("delta").and_then(Value::as_str).unwrap_or_default();
+                        if let Some((n, _)) = item
+                            && let Some(payload) = turn.output.push(*n, delta, std::time::Instant::now())
+                        {
+                            self.emit_all(vec![(events::COMMAND_OUTPUT, payload)]).await;
+                        }
+                    }
                     _ => {
                         if method == "item/completed"
                             && let Some(item) = params.get("item").filter(|i| i["type"] == "agentMessage")
@@ -204,6 +214,12 @@ impl Driver {
                             let text = item.get("text").and_then(Value::as_str).unwrap_or_default();
                             let phase = item.get("phase").and_then(Value::as_str).map(str::to_owned);
                             turn.messages.push((phase, text.to_owned()));
+                        }
+                        if method == "item/completed"
+                            && let Some((n, _)) =
+                                params.pointer("/item/id").and_then(Value::as_str).and_then(|id| turn.items.get(id))
+                        {
+                            turn.output.done(*n);
                         }
                         let list = map::notification(&method, &params, &mut turn.items);
                         self.emit_all(list).await;
