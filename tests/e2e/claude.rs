@@ -169,8 +169,9 @@ async fn kill_claude_mid_command(r: &RealBridge, id: &str) -> Vec<i32> {
         .copied()
         .find(|pid| parent_of(*pid) == Some(bridge))
         .unwrap_or_else(|| panic!("no child of the bridge among {pids:?}"));
+    // The file is written just before `sleep` is started: wait for the sleep itself.
+    poll_until("the command's sleep runs", Duration::from_secs(10), || !r.marked(id, "sleep").is_empty()).await;
     let sleepers = r.marked(id, "sleep");
-    assert!(!sleepers.is_empty(), "the command is not running: {pids:?}");
     let leader_group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(leader))).unwrap();
     let escaped: Vec<i32> = sleepers
         .iter()
