@@ -5,7 +5,6 @@ mod claude;
 mod codex;
 mod idempotency;
 mod idle;
-mod measure;
 mod policy;
 mod protocol;
 mod restart;

@@ -1,12 +1,9 @@
-//! Latency of a one-message turn per real CLI against the scripted servers (run on demand:
-//! `cargo test -p e2e --test e2e measure -- --ignored --nocapture`). Timing targets never
-//! live in tests; this prints figures.
+//! Latency of a one-message turn per real CLI against the scripted model servers on
+//! 127.0.0.1: submit → the provider's first event, submit → `succeeded` as a caller sees it,
+//! and where the time goes (bridge before the spawn, CLI start-up and handshake, the turn, the
+//! stop with proof and persistence), from the store's event times.
 //!
-//! Per run: submit → the provider's first event (`turn.started`, recorded by the bridge),
-//! submit → `succeeded` as a caller sees it, and where the time goes, from the store's event
-//! times (ms): bridge before the spawn (`task.submitted` → `task.started`), CLI start-up and
-//! handshake (→ `turn.started`), the turn (→ last `agent.message`), and the stop with proof plus
-//! persistence (→ `task.completed`).
+//! Run with `.ci/install-clis && cargo bench -p agent-bridge --bench providers`.
 
 use std::time::{Duration, Instant};
 
@@ -30,9 +27,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[allow(clippy::print_stderr)]
 async fn measure(cli: Cli) {
-    let Some(r) = RealBridge::start(cli, &[]).await else { return };
+    let Some(r) = RealBridge::start(cli, &[]).await else {
+        say(&format!("{cli:?}: not installed (run .ci/install-clis); nothing measured"));
+        return;
+    };
     // One warm-up turn (page cache, the CLI's first-run files), then the measured ones.
     let warm = r.submit("say hello").await;
     r.finish(&warm).await;
@@ -77,8 +76,8 @@ async fn measure(cli: Cli) {
     let stops: Vec<&str> = log.lines().filter(|l| l.contains("provider stopped")).collect();
     let exit = median(stops.iter().filter_map(|l| field(l, "exit_ms=")).collect());
     let proof = median(stops.iter().filter_map(|l| field(l, "proof_ms=")).collect());
-    eprintln!(
-        "MEASURE {cli:?} (median of {runs}, ms): submit rtt {:.1} | submit→first provider event {:.0} | submit→succeeded seen {:.0} || bridge before spawn {:.0} | CLI start+handshake {:.0} | turn {:.0} | stop with proof + persist {:.0} (CLI exit {exit:.0}, proof {proof:.0})",
+    say(&format!(
+        "{cli:?} (median of {runs}, ms): submit rtt {:.1} | submit→first provider event {:.0} | submit→succeeded seen {:.0} || bridge before spawn {:.0} | CLI start+handshake {:.0} | turn {:.0} | stop with proof + persist {:.0} (CLI exit {exit:.0}, proof {proof:.0})",
         col(0),
         col(1),
         col(2),
@@ -86,17 +85,18 @@ async fn measure(cli: Cli) {
         col(4),
         col(5),
         col(6)
-    );
+    ));
 }
 
-#[tokio::test]
-#[ignore = "prints latency figures; run on demand"]
-async fn measure_one_message_turn_codex() {
-    measure(Cli::Codex).await;
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
-#[tokio::test]
-#[ignore = "prints latency figures; run on demand"]
-async fn measure_one_message_turn_claude() {
-    measure(Cli::Claude).await;
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        measure(Cli::Codex).await;
+        measure(Cli::Claude).await;
+    });
 }
