@@ -1,11 +1,16 @@
 //! The end-to-end suite: each module starts real `agent-bridge` processes on temporary
 //! sockets and drives them through the socket protocol and the CLI.
 
+mod crashloop;
+mod doctor;
 mod idempotency;
+mod lifecycle;
+mod orphans;
 mod policy;
 mod protocol;
 mod restart;
 mod results;
+mod retention;
 mod smoke;
 mod tasks;
 mod validation;
