@@ -633,6 +633,20 @@ impl TestBridge {
         Command::new(&self.bin).args(args).arg("--env-file").arg(&self.env_file).output().expect("run the CLI")
     }
 
+    /// Whether the bridge's instance lock (`bridge.lock` in the state directory) is free,
+    /// that is whether a new bridge could start on this state directory now.
+    ///
+    /// Right after a crash it may not be: a provider the bridge was spawning at the moment
+    /// of the kill is a fork of the bridge until it execs, and holds copies of the bridge's
+    /// descriptors (this lock, a writer lease) until then.
+    pub fn instance_lock_is_free(&self) -> bool {
+        use fs2::FileExt;
+        match std::fs::OpenOptions::new().read(true).write(true).open(self.state_dir.join("bridge.lock")) {
+            Ok(f) => f.try_lock_exclusive().is_ok(),
+            Err(_) => true,
+        }
+    }
+
     /// Whether the bridge process of this harness is running (not crashed or stopped).
     pub fn is_running(&self) -> bool {
         self.child.is_some()

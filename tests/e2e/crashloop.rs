@@ -73,6 +73,7 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
     let mut b = TestBridge::start().await;
     let mut outcomes: BTreeMap<String, u32> = BTreeMap::new();
     let mut lazy_clears = 0;
+    let mut half_spawned = 0;
     for i in 0..ITERATIONS {
         let key = format!("crash-loop-{i}");
         // Mostly instant tasks (the kill lands before, during or after the whole run), and
@@ -89,6 +90,13 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
         assert!(committed.len() <= 1, "iteration {i}: {committed:?}");
         assert_eq!(guards_without_task(&b), 0, "iteration {i}: a guard without its task after the crash");
 
+        // A provider being spawned when the kill landed is a fork of the bridge that still
+        // holds the instance lock until it execs: a restart in that window is refused
+        // ("another agent-bridge already runs"). Wait for it, and count how often it happens.
+        if !b.instance_lock_is_free() {
+            half_spawned += 1;
+            poll_until("the instance lock is released", Duration::from_secs(10), || b.instance_lock_is_free()).await;
+        }
         b.spawn().await;
         let retry = b
             .call("submit_agent_task", arguments(&prompt, &key))
@@ -159,7 +167,8 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
         summary.insert(k.clone(), json!(v));
     }
     e2e::measured(format_args!(
-        "crash loop: {ITERATIONS} iterations in {:?}; outcomes {}; guards cleared lazily {lazy_clears}",
+        "crash loop: {ITERATIONS} iterations in {:?}; outcomes {}; guards cleared lazily {lazy_clears}; \
+         restarts delayed by a half-spawned provider {half_spawned}",
         started.elapsed(),
         Value::Object(summary)
     ));
