@@ -636,3 +636,155 @@ pub fn code(result: &Result<Value, CallError>) -> String {
         Err(e) => e.code().to_owned(),
     }
 }
+
+/// Helpers for the lifecycle-reliability suites (deadlines, cancellation, orphans, crashes,
+/// retention).
+impl TestBridge {
+    /// Runs the CLI with this bridge's `.env` (`--env-file`) instead of `--socket`: for the
+    /// commands that need the configuration itself (`doctor`), or that must find the socket
+    /// through it.
+    pub fn cli_env(&self, args: &[&str]) -> std::process::Output {
+        Command::new(&self.bin).args(args).arg("--env-file").arg(&self.env_file).output().expect("run the CLI")
+    }
+
+    /// Whether the bridge's instance lock (`bridge.lock` in the state directory) is free,
+    /// that is whether a new bridge could start on this state directory now.
+    ///
+    /// Right after a crash it may not be: a provider the bridge was spawning at the moment
+    /// of the kill is a fork of the bridge until it execs, and holds copies of the bridge's
+    /// descriptors (this lock, a writer lease) until then.
+    pub fn instance_lock_is_free(&self) -> bool {
+        use fs2::FileExt;
+        match std::fs::OpenOptions::new().read(true).write(true).open(self.state_dir.join("bridge.lock")) {
+            Ok(f) => f.try_lock_exclusive().is_ok(),
+            Err(_) => true,
+        }
+    }
+
+    /// Whether the bridge process of this harness is running (not crashed or stopped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Moves the completion time of terminal tasks `hours` into the past, as if the bridge had
+    /// been down that long since they ended. Only while the bridge is stopped: this is the one
+    /// place the tests write the store, to let retention see old tasks without waiting hours.
+    pub fn age_terminal_tasks(&self, task_ids: &[&str], hours: i64) {
+        assert!(self.child.is_none(), "age tasks only while the bridge is down");
+        let db = rusqlite::Connection::open(self.state_dir.join("bridge.sqlite3")).expect("open the store");
+        for id in task_ids {
+            let n = db
+                .execute(
+                    "UPDATE tasks SET completed_at = completed_at - ?2 WHERE task_id = ?1 AND completed_at IS NOT NULL",
+                    rusqlite::params![id, hours * 3_600_000],
+                )
+                .expect("age a task");
+            assert_eq!(n, 1, "task {id} is not terminal");
+        }
+    }
+
+    /// Submits `orphan:SECONDS` as a writer and kills the bridge (SIGKILL) once the provider
+    /// has started and before the runner's cleanup could sweep its marker: the provider leaves
+    /// its `setsid sleep` orphan behind, and that orphan outlives the bridge. Returns the task
+    /// id and the orphan's pid, with the bridge down.
+    ///
+    /// The kill must land between the provider's start (its start line is written right
+    /// after the spawn) and the sweep that follows its result (a few milliseconds later):
+    /// the bridge's children are watched directly, and an attempt that lands outside the
+    /// window (no orphan survives) is retried on a fresh task.
+    pub async fn crash_leaving_an_orphan(&mut self, seconds: u32) -> (String, i32) {
+        for attempt in 1..=20 {
+            let bridge = self.pid().expect("the bridge is running") as i32;
+            let id = self.submit_ok(json!({ "prompt": format!("orphan:{seconds}") })).await;
+            let marker = format!("AGENT_BRIDGE_TASK={id}");
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            // Tight loop on purpose: the window is a few milliseconds wide.
+            let started = loop {
+                if child_pids(bridge).iter().any(|&pid| environ_has(pid, &marker)) {
+                    break true;
+                }
+                if std::time::Instant::now() > deadline {
+                    break false;
+                }
+                std::thread::yield_now();
+            };
+            self.crash().await;
+            assert!(started, "the provider of {id} never started:\n{}", self.log());
+            // The provider runs on without its bridge: it leaves the orphan and exits.
+            let limit = std::time::Instant::now() + Duration::from_secs(10);
+            let orphan = loop {
+                let pids = marker_pids(&id);
+                let sleepers: Vec<i32> =
+                    pids.iter().copied().filter(|&p| comm(p).as_deref() == Some("sleep")).collect();
+                if pids.len() == 1 && sleepers.len() == 1 {
+                    break Some(sleepers[0]);
+                }
+                if pids.is_empty() || std::time::Instant::now() > limit {
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            if let Some(pid) = orphan {
+                measured(format_args!("the orphan of {id} outlived its bridge (attempt {attempt})"));
+                return (id, pid);
+            }
+            // Too early (no start line yet) or too late (already swept): start over.
+            self.spawn().await;
+            self.writer_idle().await;
+        }
+        panic!("could not crash the bridge between a provider's start and its cleanup in 20 attempts");
+    }
+}
+
+/// The child pids of `pid` (all its threads), from `/proc/<pid>/task/*/children`.
+pub fn child_pids(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+/// Whether the environment of `pid` holds exactly `var` (`KEY=VALUE`).
+pub fn environ_has(pid: i32, var: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|environ| environ.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+}
+
+/// The command name of `pid` (`/proc/<pid>/comm`).
+pub fn comm(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_owned())
+}
+
+/// The state letter and parent pid of `pid` (`/proc/<pid>/stat` fields 3 and 4).
+pub fn state_and_parent(pid: i32) -> Option<(String, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.to_owned();
+    let ppid = rest.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether `pid` is a live process (it exists and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    state_and_parent(pid).is_some_and(|(state, _)| state != "Z")
+}
+
+/// Zombie children of `parent`: processes in state `Z` whose parent is `parent`.
+pub fn zombie_children(parent: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|&pid| state_and_parent(pid).is_some_and(|(state, ppid)| state == "Z" && ppid == parent))
+        .collect()
+}
+
+/// Prints a measurement a test makes (a duration, a count) on stderr: shown with
+/// `--nocapture` (or when the test fails), for the figures a reviewer asks about.
+#[allow(clippy::print_stderr)]
+pub fn measured(what: std::fmt::Arguments<'_>) {
+    eprintln!("measured: {what}");
+}

@@ -3,12 +3,17 @@
 
 mod claude;
 mod codex;
+mod crashloop;
+mod doctor;
 mod idempotency;
 mod idle;
+mod lifecycle;
+mod orphans;
 mod policy;
 mod protocol;
 mod restart;
 mod results;
+mod retention;
 mod smoke;
 mod tasks;
 mod validation;

@@ -431,7 +431,9 @@ async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &R
     let Job { inner, task, lease, .. } = job;
     let task_id = task.task_id.clone();
     release(&inner, &task, lease, proof.as_ref()).await;
-    persist(&inner, &task_id, ending, redactor).await;
+    // The provider can add no event any more: the count is final. The marker goes before the
+    // terminal event this runner writes, so a reader who reads up to the terminal state has
+    // seen it.
     let id = task_id.clone();
     if let Ok(Some(row)) = inner.store.call(move |s| s.get_task(&id)).await
         && row.events_dropped > 0
@@ -440,6 +442,7 @@ async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &R
         let (tid, now) = (task_id.clone(), inner.clock.now_ms());
         let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
     }
+    persist(&inner, &task_id, ending, redactor).await;
     inner.active.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
     inner.changes.notify(&task_id);
     inner.collect_garbage().await;

@@ -142,3 +142,82 @@ fn several_problems_are_all_listed() {
     let (_, _, stderr) = check(&fx, &text);
     assert_eq!(stderr.lines().count(), expected.len(), "one line per problem, nothing else:\n{stderr}");
 }
+
+/// The four lifecycle limits of seed 001 §4.
+const LIFECYCLE_KEYS: [&str; 4] = [
+    "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS",
+    "SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS",
+    "SERVERFS_AGENT_MAX_ACTIVE_TASKS",
+    "SERVERFS_AGENT_TASK_RETENTION_HOURS",
+];
+
+/// Runs `config check --json` on `text` and returns the effective limits.
+fn checked_limits(fx: &Fixture, text: &str) -> serde_json::Value {
+    let (code, stdout, stderr) = check_json(fx, text);
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("config check --json prints JSON");
+    v["config"]["limits"].clone()
+}
+
+fn check_json(fx: &Fixture, text: &str) -> (Option<i32>, String, String) {
+    let env = fx.write("check.env", text);
+    let out = fx.run(&["config", "check", "--json", "--env-file", env.to_str().expect("utf-8 path")]);
+    let (stdout, stderr) = texts(&out);
+    (out.status.code(), stdout, stderr)
+}
+
+#[test]
+fn each_lifecycle_limit_defaults_to_the_seed_value_when_absent_or_empty() {
+    let fx = Fixture::new();
+    let defaults = serde_json::json!([7200, 1800, 4, 168]);
+    let fields = ["task_timeout_seconds", "interaction_timeout_seconds", "max_active_tasks", "retention_hours"];
+    let pick = |limits: &serde_json::Value| serde_json::json!(fields.map(|f| limits[f].clone()));
+    // Absent (the fixture sets the active-task cap: drop it).
+    let absent: String = fx
+        .env_with(&[])
+        .lines()
+        .filter(|l| !LIFECYCLE_KEYS.iter().any(|k| l.starts_with(&format!("{k}="))))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(pick(&checked_limits(&fx, &absent)), defaults, "absent keys");
+    // Empty: the same defaults.
+    let empty = fx.env_with(&LIFECYCLE_KEYS.map(|k| (k, "")));
+    assert_eq!(pick(&checked_limits(&fx, &empty)), defaults, "empty values");
+    let (_, text, _) = check(&fx, &absent);
+    assert!(text.contains("max active tasks:    4"), "{text}");
+    // Each key on its own, the others at their defaults.
+    for (i, key) in LIFECYCLE_KEYS.iter().enumerate() {
+        let text = format!("{absent}{key}=37\n");
+        let mut expected = defaults.clone();
+        expected[i] = serde_json::json!(37);
+        assert_eq!(pick(&checked_limits(&fx, &text)), expected, "{key}=37");
+    }
+}
+
+#[test]
+fn each_lifecycle_limit_is_bounded_above() {
+    let fx = Fixture::new();
+    // Ten years in seconds or hours, and a 32-bit count: the largest values that are taken.
+    for (key, max) in [
+        ("SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", 315_360_000u64),
+        ("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", 315_360_000),
+        ("SERVERFS_AGENT_MAX_ACTIVE_TASKS", u64::from(u32::MAX)),
+        ("SERVERFS_AGENT_TASK_RETENTION_HOURS", 87_600),
+    ] {
+        let (code, stdout, stderr) = check_json(&fx, &fx.env_with(&[(key, &max.to_string())]));
+        assert_eq!(code, Some(0), "{key}={max}: {stderr}");
+        assert!(stdout.contains(&max.to_string()));
+        assert_refused(&fx, &fx.env_with(&[(key, &(max + 1).to_string())]), &[(key, "too large")]);
+    }
+    // An interaction timeout longer than the task timeout is allowed: the task deadline caps
+    // every request (`expires_at = min(deadline, now + interaction timeout)`).
+    let text = fx.env_with(&[
+        ("SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", "60"),
+        ("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", "3600"),
+    ]);
+    let limits = checked_limits(&fx, &text);
+    assert_eq!(
+        (limits["task_timeout_seconds"].as_u64(), limits["interaction_timeout_seconds"].as_u64()),
+        (Some(60), Some(3600))
+    );
+}
