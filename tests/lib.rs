@@ -2,6 +2,7 @@
 //! temporary socket with a temporary state, waits until it answers, and talks to it over the
 //! real socket protocol.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -725,6 +726,8 @@ impl TestBridge {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             };
             if let Some(pid) = orphan {
+                // Pins the orphan's identity (see `alive`) while it is certainly the orphan.
+                assert!(alive(pid), "the orphan {pid} of {id} is alive");
                 measured(format_args!("the orphan of {id} outlived its bridge (attempt {attempt})"));
                 return (id, pid);
             }
@@ -768,9 +771,21 @@ pub fn state_and_parent(pid: i32) -> Option<(String, i32)> {
     Some((state, ppid))
 }
 
-/// Whether `pid` is a live process (it exists and is not a zombie).
+/// Whether `pid` is a live process (it exists and is not a zombie). A pid is identified with
+/// the start time it had the first time this was asked, so a pid the kernel reuses for another
+/// process (this machine wraps at 32768, and the suite spawns thousands) never looks alive.
 pub fn alive(pid: i32) -> bool {
-    state_and_parent(pid).is_some_and(|(state, _)| state != "Z")
+    static FIRST_SEEN: std::sync::Mutex<BTreeMap<i32, u64>> = std::sync::Mutex::new(BTreeMap::new());
+    let Some(start) = start_ticks(pid) else { return false };
+    let mut seen = FIRST_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let first = *seen.entry(pid).or_insert(start);
+    first == start && state_and_parent(pid).is_some_and(|(state, _)| state != "Z")
+}
+
+/// A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Zombie children of `parent`: processes in state `Z` whose parent is `parent`.

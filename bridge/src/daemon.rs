@@ -35,6 +35,7 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
             "agent-bridge refuses to run as root: run it as the operator's own user (or set SERVERFS_AGENT_ALLOW_ROOT=true in a throwaway container)"
         );
     }
+    crate::provider::process::close_inherited_fds_on_exec();
     crate::files::ensure_private_dir(&config.state_dir).map_err(anyhow::Error::msg).context("state directory")?;
     let lock_path = config.state_dir.join(INSTANCE_LOCK);
     let instance = OpenOptions::new()
@@ -45,8 +46,15 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         .mode(0o600)
         .open(&lock_path)
         .with_context(|| format!("cannot open the instance lock {}", lock_path.display()))?;
-    if instance.try_lock_exclusive().is_err() {
-        bail!("another agent-bridge already runs with the state directory {}", config.state_dir.display());
+    // A crashed bridge's child caught between fork and exec holds a copy of the lock for a few
+    // milliseconds: wait a moment before concluding another bridge runs.
+    let mut attempts = 0;
+    while instance.try_lock_exclusive().is_err() {
+        attempts += 1;
+        if attempts == 40 {
+            bail!("another agent-bridge already runs with the state directory {}", config.state_dir.display());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     if let Err(e) = crate::provider::process::become_subreaper() {

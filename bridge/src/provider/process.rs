@@ -98,6 +98,28 @@ fn leaders() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
     LEADERS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Marks every descriptor above stderr close-on-exec, so no provider inherits a descriptor
+/// the bridge's own parent left open (the bridge opens its own files close-on-exec).
+#[allow(unsafe_code)]
+pub fn close_inherited_fds_on_exec() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_GETFD/F_SETFD only read and set the descriptor's flags; a descriptor that
+        // is already closed (the directory listing's own) fails with EBADF and is skipped.
+        unsafe {
+            let flags = nix::libc::fcntl(fd, nix::libc::F_GETFD);
+            if flags >= 0 && flags & nix::libc::FD_CLOEXEC == 0 {
+                nix::libc::fcntl(fd, nix::libc::F_SETFD, flags | nix::libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
 /// Makes this process a child subreaper: descendants whose parent dies (an agent's stray
 /// background command, a `setsid` grandchild) are reparented to the bridge instead of init, so
 /// the bridge sees them and reaps them.
