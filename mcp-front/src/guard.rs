@@ -61,11 +61,7 @@ impl Guard {
         // decides what reaches us.
         let enforce = config.is_loopback() || !config.allowed_hosts.is_empty();
         let hosts = enforce.then(|| hosts.iter().filter_map(|h| parse_authority(h)).collect());
-        let origins = config
-            .allowed_origins
-            .iter()
-            .filter_map(|o| normalize_origin(o))
-            .collect();
+        let origins = allowed_origins(config);
         Guard {
             hosts,
             origins,
@@ -103,6 +99,23 @@ impl Guard {
             .and_then(normalize_origin)
             .is_some_and(|o| self.origins.contains(&o))
     }
+}
+
+/// The origins a browser page may call from: the configured ones and, on loopback, the
+/// front's own (`http://localhost:PORT` and the loopback addresses), normalized.
+pub fn allowed_origins(config: &Config) -> Vec<(String, String, u16)> {
+    let mut origins: Vec<_> = config
+        .allowed_origins
+        .iter()
+        .filter_map(|o| normalize_origin(o))
+        .collect();
+    if config.is_loopback() {
+        let port = config.listen.port();
+        for host in ["localhost", "127.0.0.1", "::1"] {
+            origins.push(("http".to_owned(), host.to_owned(), port));
+        }
+    }
+    origins
 }
 
 /// `/mcp`, every method.

@@ -31,9 +31,15 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
         .with_cancellation_token(shutdown.child_token())
         .with_max_request_body_bytes(MAX_BODY_BYTES)
         .disable_allowed_hosts();
-    if !config.allowed_origins.is_empty() {
-        mcp_config =
-            mcp_config.with_allowed_origins(config.allowed_origins.iter().map(|o| with_port(o)));
+    let origins = guard::allowed_origins(config);
+    if !origins.is_empty() {
+        mcp_config = mcp_config.with_allowed_origins(origins.iter().map(|(scheme, host, port)| {
+            if host.contains(':') {
+                format!("{scheme}://[{host}]:{port}")
+            } else {
+                format!("{scheme}://{host}:{port}")
+            }
+        }));
     }
     let service_bridge = bridge.clone();
     let service = StreamableHttpService::new(
@@ -45,16 +51,6 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
     Router::new()
         .route("/mcp", any(guard::mcp).with_state(guard))
         .route("/healthz", get(healthz).with_state(bridge))
-}
-
-/// rmcp matches a port-less origin against any port; the guard uses the scheme's default.
-/// Spell the port out so both agree.
-fn with_port(origin: &str) -> String {
-    match guard::normalize_origin(origin) {
-        Some((scheme, host, port)) if host.contains(':') => format!("{scheme}://[{host}]:{port}"),
-        Some((scheme, host, port)) => format!("{scheme}://{host}:{port}"),
-        None => origin.to_owned(),
-    }
 }
 
 /// 200 when the bridge answers `bridge.health`, 503 otherwise.
@@ -72,12 +68,15 @@ async fn healthz(State(bridge): State<Client>) -> Response {
 /// Binds `config.listen` and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     use anyhow::Context;
+    let mut config = config;
     let shutdown = CancellationToken::new();
-    let app = router(&config, &shutdown);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let local = listener.local_addr().context("the listening address")?;
+    // The port the kernel picked for `:0` is the one the front's own origin uses.
+    config.listen = local;
+    let app = router(&config, &shutdown);
     if config.tunnel_mode {
         tracing::warn!(
             "SERVERFS_MCP_AUTH=none: tunnel mode, every caller becomes the bridge's tunnel principal; keep this front on a private network"

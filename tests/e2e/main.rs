@@ -5,6 +5,8 @@ mod claude;
 mod codex;
 mod crashloop;
 mod doctor;
+mod front;
+mod front_http;
 mod idempotency;
 mod idle;
 mod lifecycle;
