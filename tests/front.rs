@@ -18,10 +18,7 @@ pub fn front_bin() -> PathBuf {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("the test binary has a path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps");
+    let dir = exe.parent().and_then(Path::parent).expect("the test binary lives in target/<profile>/deps");
     let bin = dir.join("mcp-front");
     assert!(
         bin.exists(),
@@ -47,10 +44,7 @@ impl TestFront {
     /// Starts a front for the bridge socket `socket` with extra command-line arguments, and
     /// waits (bounded) until it logs its address.
     pub async fn start(socket: &Path, args: &[&str]) -> TestFront {
-        let dir = tempfile::Builder::new()
-            .prefix("ab-front-")
-            .tempdir()
-            .expect("temp dir");
+        let dir = tempfile::Builder::new().prefix("ab-front-").tempdir().expect("temp dir");
         let log = std::fs::File::create(dir.path().join("front.log")).expect("log file");
         let child = Command::new(front_bin())
             .arg("--listen")
@@ -65,40 +59,22 @@ impl TestFront {
             .stderr(log)
             .spawn()
             .expect("start mcp-front");
-        let mut front = TestFront {
-            addr: "127.0.0.1:0".parse().expect("addr"),
-            url: String::new(),
-            dir,
-            child: Some(child),
-        };
+        let mut front =
+            TestFront { addr: "127.0.0.1:0".parse().expect("addr"), url: String::new(), dir, child: Some(child) };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(url) = front
-                .log()
-                .lines()
-                .find_map(|l| l.split("url=").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
+            if let Some(url) =
+                front.log().lines().find_map(|l| l.split("url=").nth(1)).and_then(|rest| rest.split_whitespace().next())
             {
                 front.url = url.to_owned();
                 let authority = url.trim_start_matches("http://").trim_end_matches("/mcp");
                 front.addr = authority.parse().expect("the front logs an IP:port");
                 return front;
             }
-            if let Some(status) = front
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "mcp-front exited before it listened ({status}):\n{}",
-                    front.log()
-                );
+            if let Some(status) = front.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("mcp-front exited before it listened ({status}):\n{}", front.log());
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "mcp-front did not listen in 20 s:\n{}",
-                front.log()
-            );
+            assert!(tokio::time::Instant::now() < deadline, "mcp-front did not listen in 20 s:\n{}", front.log());
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -110,9 +86,7 @@ impl TestFront {
 
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// The process id.
@@ -123,35 +97,21 @@ impl TestFront {
     /// Sends SIGTERM and waits for the exit status.
     pub async fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("the front is running");
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        tokio::task::spawn_blocking(move || child.wait().expect("wait for the front"))
-            .await
-            .expect("join")
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        tokio::task::spawn_blocking(move || child.wait().expect("wait for the front")).await.expect("join")
     }
 
     /// One HTTP/1.1 request to this front (see [`http`]).
-    pub async fn http(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> HttpReply {
+    pub async fn http(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
         http(self.addr, method, path, headers, body).await
     }
 
     /// A POST of a JSON body to `/mcp` with the usual MCP headers plus `headers`.
     pub async fn post(&self, headers: &[(&str, &str)], body: &serde_json::Value) -> HttpReply {
-        let mut all = vec![
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-        ];
+        let mut all = vec![("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
         all.extend_from_slice(headers);
-        self.http("POST", "/mcp", &all, body.to_string().as_bytes())
-            .await
+        self.http("POST", "/mcp", &all, body.to_string().as_bytes()).await
     }
 }
 
@@ -178,41 +138,23 @@ pub struct HttpReply {
 impl HttpReply {
     /// The first value of header `name` (lowercase).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 
     /// The body as JSON (panics with the body when it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "not JSON ({e}), status {}: {}",
-                self.status,
-                String::from_utf8_lossy(&self.body)
-            )
+            panic!("not JSON ({e}), status {}: {}", self.status, String::from_utf8_lossy(&self.body))
         })
     }
 }
 
 /// Sends one request on a fresh connection (`Connection: close`, a `Host` of `addr` unless
 /// `headers` names one) and reads the whole answer; bounded to 30 s.
-pub async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> HttpReply {
+pub async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
     let work = async {
-        let mut stream = TcpStream::connect(addr)
-            .await
-            .expect("connect to the front");
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
-            body.len()
-        );
+        let mut stream = TcpStream::connect(addr).await.expect("connect to the front");
+        let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
         if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
             head.push_str(&format!("Host: {addr}\r\n"));
         }
@@ -227,9 +169,7 @@ pub async fn http(
         let _ = stream.read_to_end(&mut raw).await;
         parse_reply(&raw)
     };
-    tokio::time::timeout(Duration::from_secs(30), work)
-        .await
-        .expect("the front answered within 30 s")
+    tokio::time::timeout(Duration::from_secs(30), work).await.expect("the front answered within 30 s")
 }
 
 fn parse_reply(raw: &[u8]) -> HttpReply {
@@ -239,34 +179,23 @@ fn parse_reply(raw: &[u8]) -> HttpReply {
         .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(raw)));
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
+    let status =
+        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).expect("status line");
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     let mut body = raw[split + 4..].to_vec();
-    if headers
-        .iter()
-        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
-    {
+    if headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked")) {
         body = dechunk(&body);
     }
-    HttpReply {
-        status,
-        headers,
-        body,
-    }
+    HttpReply { status, headers, body }
 }
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(end) = data.windows(2).position(|w| w == b"\r\n") {
-        let size =
-            usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
         if size == 0 {
             break;
         }

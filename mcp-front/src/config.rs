@@ -90,20 +90,15 @@ impl Config {
     pub fn load(args: Args) -> Result<Config, ConfigError> {
         let file = match &args.env_file {
             Some(path) => {
-                let bytes = std::fs::read(path).map_err(|e| ConfigError::EnvFile {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?;
-                crate::dotenv::parse(&bytes).map_err(|e| ConfigError::EnvFile {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?
+                let bytes = std::fs::read(path)
+                    .map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?;
+                crate::dotenv::parse(&bytes)
+                    .map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?
             }
             None => HashMap::new(),
         };
-        let environment: HashMap<String, String> = std::env::vars()
-            .filter(|(k, _)| k.starts_with("SERVERFS_") || k == "HOME")
-            .collect();
+        let environment: HashMap<String, String> =
+            std::env::vars().filter(|(k, _)| k.starts_with("SERVERFS_") || k == "HOME").collect();
         Config::resolve(args, &environment, &file)
     }
 
@@ -113,13 +108,8 @@ impl Config {
         environment: &HashMap<String, String>,
         file: &HashMap<String, String>,
     ) -> Result<Config, ConfigError> {
-        let get = |key: &str| {
-            environment
-                .get(key)
-                .or_else(|| file.get(key))
-                .map(String::as_str)
-                .filter(|v| !v.is_empty())
-        };
+        let get =
+            |key: &str| environment.get(key).or_else(|| file.get(key)).map(String::as_str).filter(|v| !v.is_empty());
         let listen = match args.listen {
             Some(addr) => addr,
             None => {
@@ -138,15 +128,11 @@ impl Config {
                 None => match get("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR") {
                     Some(dir) => expand_home(dir, home.as_ref()).join("bridge.sock"),
                     None => match home {
-                        Some(home) => {
-                            home.join(".local/share/agent-bridge/runtime/socket/bridge.sock")
-                        }
+                        Some(home) => home.join(".local/share/agent-bridge/runtime/socket/bridge.sock"),
                         None => {
                             return Err(ConfigError::Invalid {
                                 key: "SERVERFS_AGENT_BRIDGE_SOCKET",
-                                message:
-                                    "not set, and HOME is unset so the default cannot be found"
-                                        .into(),
+                                message: "not set, and HOME is unset so the default cannot be found".into(),
                             });
                         }
                     },
@@ -169,29 +155,15 @@ impl Config {
                 message: format!("{seconds} is outside 1..=3600"),
             });
         }
-        let allowed_hosts = split(
-            args.allowed_hosts
-                .as_deref()
-                .or(get("SERVERFS_MCP_ALLOWED_HOSTS")),
-        );
-        if let Some(bad) = allowed_hosts
-            .iter()
-            .find(|h| h.contains('/') || h.contains(char::is_whitespace))
-        {
+        let allowed_hosts = split(args.allowed_hosts.as_deref().or(get("SERVERFS_MCP_ALLOWED_HOSTS")));
+        if let Some(bad) = allowed_hosts.iter().find(|h| h.contains('/') || h.contains(char::is_whitespace)) {
             return Err(ConfigError::Invalid {
                 key: "SERVERFS_MCP_ALLOWED_HOSTS",
                 message: format!("{bad:?} is not a host name (no spaces, no scheme, no path)"),
             });
         }
-        let allowed_origins = split(
-            args.allowed_origins
-                .as_deref()
-                .or(get("SERVERFS_MCP_ALLOWED_ORIGINS")),
-        );
-        if let Some(bad) = allowed_origins
-            .iter()
-            .find(|o| crate::guard::normalize_origin(o).is_none())
-        {
+        let allowed_origins = split(args.allowed_origins.as_deref().or(get("SERVERFS_MCP_ALLOWED_ORIGINS")));
+        if let Some(bad) = allowed_origins.iter().find(|o| crate::guard::normalize_origin(o).is_none()) {
             return Err(ConfigError::Invalid {
                 key: "SERVERFS_MCP_ALLOWED_ORIGINS",
                 message: format!("{bad:?} is not an origin such as https://chatgpt.com"),
@@ -215,12 +187,7 @@ impl Config {
 }
 
 fn split(list: Option<&str>) -> Vec<String> {
-    list.unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
+    list.unwrap_or("").split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }
 
 fn expand_home(path: &str, home: Option<&PathBuf>) -> PathBuf {
@@ -235,49 +202,29 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
     }
 
     #[test]
     fn flags_win_over_the_environment_which_wins_over_the_file() {
-        let file = map(&[
-            ("SERVERFS_MCP_LISTEN", "127.0.0.1:1"),
-            ("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", "7"),
-        ]);
+        let file = map(&[("SERVERFS_MCP_LISTEN", "127.0.0.1:1"), ("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", "7")]);
         let env = map(&[("SERVERFS_MCP_LISTEN", "127.0.0.1:2"), ("HOME", "/home/op")]);
         let c = Config::resolve(Args::default(), &env, &file).unwrap();
         assert_eq!(c.listen.port(), 2);
         assert_eq!(c.bridge_timeout, Duration::from_secs(7));
-        assert_eq!(
-            c.bridge_socket,
-            PathBuf::from("/home/op/.local/share/agent-bridge/runtime/socket/bridge.sock")
-        );
-        let args = Args {
-            listen: Some("127.0.0.1:3".parse().unwrap()),
-            ..Args::default()
-        };
+        assert_eq!(c.bridge_socket, PathBuf::from("/home/op/.local/share/agent-bridge/runtime/socket/bridge.sock"));
+        let args = Args { listen: Some("127.0.0.1:3".parse().unwrap()), ..Args::default() };
         assert_eq!(Config::resolve(args, &env, &file).unwrap().listen.port(), 3);
     }
 
     #[test]
     fn the_socket_follows_the_bridge_socket_dir_and_expands_home() {
-        let env = map(&[
-            ("HOME", "/h"),
-            ("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR", "~/run"),
-        ]);
+        let env = map(&[("HOME", "/h"), ("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR", "~/run")]);
         let c = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap();
         assert_eq!(c.bridge_socket, PathBuf::from("/h/run/bridge.sock"));
-        let env = map(&[
-            ("HOME", "/h"),
-            ("SERVERFS_AGENT_BRIDGE_SOCKET", "/s/b.sock"),
-        ]);
+        let env = map(&[("HOME", "/h"), ("SERVERFS_AGENT_BRIDGE_SOCKET", "/s/b.sock")]);
         assert_eq!(
-            Config::resolve(Args::default(), &env, &HashMap::new())
-                .unwrap()
-                .bridge_socket,
+            Config::resolve(Args::default(), &env, &HashMap::new()).unwrap().bridge_socket,
             PathBuf::from("/s/b.sock")
         );
     }
@@ -301,10 +248,7 @@ mod tests {
     fn lists_are_split_and_tunnel_mode_is_noticed() {
         let env = map(&[
             ("HOME", "/h"),
-            (
-                "SERVERFS_MCP_ALLOWED_HOSTS",
-                " mcp.example.com, ,front:8765",
-            ),
+            ("SERVERFS_MCP_ALLOWED_HOSTS", " mcp.example.com, ,front:8765"),
             ("SERVERFS_MCP_ALLOWED_ORIGINS", "https://chatgpt.com"),
             ("SERVERFS_MCP_AUTH", "none"),
         ]);

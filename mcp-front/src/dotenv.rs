@@ -27,24 +27,16 @@ pub fn parse(input: &[u8]) -> Result<HashMap<String, String>, DotenvError> {
     let mut out = HashMap::new();
     for (index, raw) in input.split(|&b| b == b'\n').enumerate() {
         let line = index + 1;
-        let err = |message: &str| DotenvError {
-            line,
-            message: message.to_owned(),
-        };
+        let err = |message: &str| DotenvError { line, message: message.to_owned() };
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
         let text = std::str::from_utf8(raw).map_err(|_| err("invalid UTF-8"))?;
         let text = text.trim_start_matches([' ', '\t']);
         if text.trim_end_matches([' ', '\t']).is_empty() || text.starts_with('#') {
             continue;
         }
-        let (key, value) = text
-            .split_once('=')
-            .ok_or_else(|| err("expected KEY=VALUE"))?;
+        let (key, value) = text.split_once('=').ok_or_else(|| err("expected KEY=VALUE"))?;
         let key = key.trim_end_matches([' ', '\t']);
-        let valid_key = key
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        let valid_key = key.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
             && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !valid_key {
             return Err(err("invalid key (the `export` prefix is not supported)"));
@@ -61,9 +53,7 @@ fn parse_value(raw: &str) -> Result<String, &'static str> {
         return Ok(String::new());
     }
     let (value, rest) = if let Some(body) = start.strip_prefix('\'') {
-        let (value, rest) = body
-            .split_once('\'')
-            .ok_or("unterminated single-quoted value")?;
+        let (value, rest) = body.split_once('\'').ok_or("unterminated single-quoted value")?;
         (value.to_owned(), rest)
     } else if let Some(body) = start.strip_prefix('"') {
         let mut value = String::new();
@@ -124,12 +114,7 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_read_without_quoting_the_value() {
-        for (input, line) in [
-            ("A=1\nexport B=2\n", 2),
-            ("A='secret\n", 1),
-            ("A=\"secret\"x\n", 1),
-            ("nope\n", 1),
-        ] {
+        for (input, line) in [("A=1\nexport B=2\n", 2), ("A='secret\n", 1), ("A=\"secret\"x\n", 1), ("nope\n", 1)] {
             let e = parse(input.as_bytes()).unwrap_err();
             assert_eq!(e.line, line, "{input:?}");
             assert!(!e.to_string().contains("secret"), "{e}");

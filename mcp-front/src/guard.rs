@@ -62,27 +62,18 @@ impl Guard {
         let enforce = config.is_loopback() || !config.allowed_hosts.is_empty();
         let hosts = enforce.then(|| hosts.iter().filter_map(|h| parse_authority(h)).collect());
         let origins = allowed_origins(config);
-        Guard {
-            hosts,
-            origins,
-            service,
-        }
+        Guard { hosts, origins, service }
     }
 
     fn host_allowed(&self, headers: &HeaderMap) -> bool {
         let Some(allowed) = &self.hosts else {
             return true;
         };
-        let Some((host, port)) = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_authority)
+        let Some((host, port)) = headers.get(header::HOST).and_then(|v| v.to_str().ok()).and_then(parse_authority)
         else {
             return false;
         };
-        allowed
-            .iter()
-            .any(|(h, p)| *h == host && p.is_none_or(|p| Some(p) == port))
+        allowed.iter().any(|(h, p)| *h == host && p.is_none_or(|p| Some(p) == port))
     }
 
     fn origin_allowed(&self, headers: &HeaderMap) -> bool {
@@ -93,22 +84,14 @@ impl Guard {
         if values.next().is_some() {
             return false;
         }
-        value
-            .to_str()
-            .ok()
-            .and_then(normalize_origin)
-            .is_some_and(|o| self.origins.contains(&o))
+        value.to_str().ok().and_then(normalize_origin).is_some_and(|o| self.origins.contains(&o))
     }
 }
 
 /// The origins a browser page may call from: the configured ones and, on loopback, the
 /// front's own (`http://localhost:PORT` and the loopback addresses), normalized.
 pub fn allowed_origins(config: &Config) -> Vec<(String, String, u16)> {
-    let mut origins: Vec<_> = config
-        .allowed_origins
-        .iter()
-        .filter_map(|o| normalize_origin(o))
-        .collect();
+    let mut origins: Vec<_> = config.allowed_origins.iter().filter_map(|o| normalize_origin(o)).collect();
     if config.is_loopback() {
         let port = config.listen.port();
         for host in ["localhost", "127.0.0.1", "::1"] {
@@ -123,21 +106,11 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
     let headers = request.headers();
     if !guard.host_allowed(headers) {
         tracing::warn!(host = ?headers.get(header::HOST), "refused a request for a foreign Host (possible DNS rebinding)");
-        return rpc_error(
-            StatusCode::FORBIDDEN,
-            Value::Null,
-            -32600,
-            "Forbidden: the Host header is not allowed",
-        );
+        return rpc_error(StatusCode::FORBIDDEN, Value::Null, -32600, "Forbidden: the Host header is not allowed");
     }
     if !guard.origin_allowed(headers) {
         tracing::warn!(origin = ?headers.get(header::ORIGIN), "refused a request from an origin that is not allowed");
-        return rpc_error(
-            StatusCode::FORBIDDEN,
-            Value::Null,
-            -32600,
-            "Forbidden: the Origin header is not allowed",
-        );
+        return rpc_error(StatusCode::FORBIDDEN, Value::Null, -32600, "Forbidden: the Origin header is not allowed");
     }
     if request.method() != Method::POST {
         return (
@@ -150,11 +123,7 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
-        });
+        .is_some_and(|v| v.split(';').next().is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json")));
     if !is_json {
         return rpc_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -163,10 +132,8 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
             "Unsupported Media Type: Content-Type must be application/json",
         );
     }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return too_large();
     }
@@ -186,20 +153,11 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
     let value: Value = match serde_json::from_slice(&bytes) {
         Ok(value) => value,
         Err(e) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                -32700,
-                &format!("Parse error: {e}"),
-            );
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, &format!("Parse error: {e}"));
         }
     };
     let id = match &value {
-        Value::Object(m) => m
-            .get("id")
-            .filter(|id| id.is_string() || id.is_number())
-            .cloned()
-            .unwrap_or(Value::Null),
+        Value::Object(m) => m.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null),
         Value::Array(_) => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -228,10 +186,7 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
     crate::quirks::apply(&mut parts.headers, &value);
     let outcome = AuthOutcome::default();
     parts.extensions.insert(outcome.clone());
-    let response = guard
-        .service
-        .handle(Request::from_parts(parts, Body::from(bytes)))
-        .await;
+    let response = guard.service.handle(Request::from_parts(parts, Body::from(bytes))).await;
     if let Some(message) = outcome.0.get() {
         return unauthorized(id, message);
     }
@@ -244,16 +199,8 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
 /// The 401 every missing, malformed, unknown or revoked credential gets: a bearer challenge
 /// with a realm and nothing that points a client to OAuth.
 fn unauthorized(id: Value, message: &str) -> Response {
-    let mut response = rpc_error(
-        StatusCode::UNAUTHORIZED,
-        id,
-        -32600,
-        &format!("UNAUTHENTICATED: {message}"),
-    );
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"agent-bridge\""),
-    );
+    let mut response = rpc_error(StatusCode::UNAUTHORIZED, id, -32600, &format!("UNAUTHENTICATED: {message}"));
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"agent-bridge\""));
     response
 }
 
@@ -277,21 +224,14 @@ fn is_length_limit(e: &axum::Error) -> bool {
 pub fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } });
     let mut response = (status, Bytes::from(body.to_string())).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
 /// `host[:port]` → lowercase host without brackets, and the port.
 fn parse_authority(text: &str) -> Option<(String, Option<u16>)> {
     let authority: http::uri::Authority = text.trim().parse().ok()?;
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
     Some((host, authority.port_u16()))
 }
 
@@ -305,8 +245,7 @@ pub fn normalize_origin(text: &str) -> Option<(String, String, u16)> {
         "https" => 443,
         _ => return None,
     };
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || rest.contains(char::is_whitespace)
-    {
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || rest.contains(char::is_whitespace) {
         return None;
     }
     let (host, port) = parse_authority(rest)?;
@@ -319,36 +258,17 @@ mod tests {
 
     #[test]
     fn origins_normalize_with_default_ports() {
-        assert_eq!(
-            normalize_origin("https://ChatGPT.com/"),
-            Some(("https".into(), "chatgpt.com".into(), 443))
-        );
-        assert_eq!(
-            normalize_origin("http://localhost:6274"),
-            Some(("http".into(), "localhost".into(), 6274))
-        );
-        assert_eq!(
-            normalize_origin("http://[::1]:80"),
-            Some(("http".into(), "::1".into(), 80))
-        );
-        for bad in [
-            "chatgpt.com",
-            "ftp://x",
-            "https://",
-            "https://a/b",
-            "null",
-            "https://u@a",
-        ] {
+        assert_eq!(normalize_origin("https://ChatGPT.com/"), Some(("https".into(), "chatgpt.com".into(), 443)));
+        assert_eq!(normalize_origin("http://localhost:6274"), Some(("http".into(), "localhost".into(), 6274)));
+        assert_eq!(normalize_origin("http://[::1]:80"), Some(("http".into(), "::1".into(), 80)));
+        for bad in ["chatgpt.com", "ftp://x", "https://", "https://a/b", "null", "https://u@a"] {
             assert_eq!(normalize_origin(bad), None, "{bad}");
         }
     }
 
     #[test]
     fn authorities_parse_with_and_without_ports() {
-        assert_eq!(
-            parse_authority("LOCALHOST:8765"),
-            Some(("localhost".into(), Some(8765)))
-        );
+        assert_eq!(parse_authority("LOCALHOST:8765"), Some(("localhost".into(), Some(8765))));
         assert_eq!(parse_authority("[::1]:1"), Some(("::1".into(), Some(1))));
         assert_eq!(parse_authority("a b"), None);
     }

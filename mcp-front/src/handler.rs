@@ -11,9 +11,9 @@ use bridge_proto::client::{CallError, Client};
 use bridge_proto::codes;
 use bridge_proto::methods::{self, CallParams, ClientInfo, ListParams, Surface};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorData,
-    Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorData, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -54,17 +54,10 @@ enum Failure {
 impl From<CallError> for Failure {
     fn from(e: CallError) -> Failure {
         match e {
-            CallError::Remote { code, message } if code == codes::UNAUTHENTICATED => {
-                Failure::Unauthenticated(message)
-            }
-            CallError::Remote { code, message } if code == codes::UNKNOWN_TOOL => {
-                Failure::UnknownTool(message)
-            }
+            CallError::Remote { code, message } if code == codes::UNAUTHENTICATED => Failure::Unauthenticated(message),
+            CallError::Remote { code, message } if code == codes::UNKNOWN_TOOL => Failure::UnknownTool(message),
             CallError::Remote { code, message } => Failure::Error { code, message },
-            other => Failure::Error {
-                code: other.code().to_owned(),
-                message: other.to_string(),
-            },
+            other => Failure::Error { code: other.code().to_owned(), message: other.to_string() },
         }
     }
 }
@@ -76,20 +69,9 @@ impl Front {
     }
 
     /// Lists the caller's tools on the bridge.
-    async fn list(
-        &self,
-        ctx: &RequestContext<RoleServer>,
-        client: Option<ClientInfo>,
-    ) -> Result<Value, Failure> {
-        let params = ListParams {
-            credential: credential(ctx),
-            surface: Surface::Mcp,
-            client,
-        };
-        Ok(self
-            .bridge
-            .call(methods::CAPABILITIES_LIST, object(params))
-            .await?)
+    async fn list(&self, ctx: &RequestContext<RoleServer>, client: Option<ClientInfo>) -> Result<Value, Failure> {
+        let params = ListParams { credential: credential(ctx), surface: Surface::Mcp, client };
+        Ok(self.bridge.call(methods::CAPABILITIES_LIST, object(params)).await?)
     }
 
     /// Asks the bridge whether the caller's credential is good; only a refusal is an error
@@ -102,11 +84,7 @@ impl Front {
         match self.list(ctx, client).await {
             Err(Failure::Unauthenticated(message)) => Err(refuse(ctx, message)),
             Err(Failure::Error { code, message }) => {
-                tracing::warn!(
-                    code,
-                    message,
-                    "the bridge did not answer the credential check"
-                );
+                tracing::warn!(code, message, "the bridge did not answer the credential check");
                 Ok(())
             }
             _ => Ok(()),
@@ -117,10 +95,7 @@ impl Front {
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "agent-bridge",
-                env!("CARGO_PKG_VERSION"),
-            ))
+            .with_server_info(Implementation::new("agent-bridge", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
 
@@ -133,24 +108,15 @@ impl ServerHandler for Front {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        let client = ClientInfo {
-            name: request.client_info.name.clone(),
-            version: Some(request.client_info.version.clone()),
-        };
+        let client =
+            ClientInfo { name: request.client_info.name.clone(), version: Some(request.client_info.version.clone()) };
         self.check_credential(&context, Some(client)).await?;
         self.negotiate_initialize(&request)
     }
 
-    async fn discover(
-        &self,
-        context: RequestContext<RoleServer>,
-    ) -> Result<DiscoverResult, ErrorData> {
-        self.check_credential(&context, client_info(&context))
-            .await?;
-        Ok(DiscoverResult::from_server_info(
-            SUPPORTED_VERSIONS.to_vec(),
-            self.get_info(),
-        ))
+    async fn discover(&self, context: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
+        self.check_credential(&context, client_info(&context)).await?;
+        Ok(DiscoverResult::from_server_info(SUPPORTED_VERSIONS.to_vec(), self.get_info()))
     }
 
     async fn list_tools(
@@ -165,16 +131,10 @@ impl ServerHandler for Front {
                 return Err(ErrorData::internal_error(message, None));
             }
             Err(Failure::Error { code, message }) => {
-                return Err(ErrorData::internal_error(
-                    format!("{code}: {message}"),
-                    None,
-                ));
+                return Err(ErrorData::internal_error(format!("{code}: {message}"), None));
             }
         };
-        let tools = listed["tools"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let tools = listed["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
         let tools = tools.iter().filter_map(to_mcp_tool).collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -191,15 +151,9 @@ impl ServerHandler for Front {
             name: request.name.to_string(),
             arguments: request.arguments.unwrap_or_default(),
         };
-        let result = self
-            .bridge
-            .call(methods::CAPABILITIES_CALL, object(params))
-            .await
-            .map_err(Failure::from);
+        let result = self.bridge.call(methods::CAPABILITIES_CALL, object(params)).await.map_err(Failure::from);
         match result {
-            Ok(Value::Object(result)) => {
-                Ok(CallToolResult::structured(Value::Object(result)).into())
-            }
+            Ok(Value::Object(result)) => Ok(CallToolResult::structured(Value::Object(result)).into()),
             Ok(other) => Ok(CallToolResult::structured(json!({ "result": other })).into()),
             Err(Failure::Unauthenticated(message)) => Err(refuse(&context, message)),
             Err(Failure::UnknownTool(message)) => Err(ErrorData::invalid_params(message, None)),
@@ -211,11 +165,8 @@ impl ServerHandler for Front {
 /// The tool result of a failed call: `isError`, `structuredContent.error {code, message}` and
 /// the text `CODE: message`.
 pub fn tool_error(code: &str, message: &str) -> CallToolResult {
-    let mut result =
-        CallToolResult::structured_error(json!({ "error": { "code": code, "message": message } }));
-    result.content = vec![rmcp::model::ContentBlock::text(format!(
-        "{code}: {message}"
-    ))];
+    let mut result = CallToolResult::structured_error(json!({ "error": { "code": code, "message": message } }));
+    result.content = vec![rmcp::model::ContentBlock::text(format!("{code}: {message}"))];
     result
 }
 
@@ -246,19 +197,13 @@ fn credential(ctx: &RequestContext<RoleServer>) -> Option<String> {
 
 /// The client's self-description from the request's `_meta` (modern requests carry it).
 fn client_info(ctx: &RequestContext<RoleServer>) -> Option<ClientInfo> {
-    ctx.meta.client_info().map(|i| ClientInfo {
-        name: i.name,
-        version: Some(i.version),
-    })
+    ctx.meta.client_info().map(|i| ClientInfo { name: i.name, version: Some(i.version) })
 }
 
 /// Records a refused credential for the guard (which answers 401) and returns the error
 /// rmcp would otherwise send.
 fn refuse(ctx: &RequestContext<RoleServer>, message: String) -> ErrorData {
-    if let Some(outcome) = ctx
-        .extensions
-        .get::<http::request::Parts>()
-        .and_then(|p| p.extensions.get::<AuthOutcome>())
+    if let Some(outcome) = ctx.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<AuthOutcome>())
     {
         outcome.refuse(message.clone());
     }

@@ -17,10 +17,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(cause = %e, "cannot start the async runtime");

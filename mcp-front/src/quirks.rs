@@ -33,13 +33,8 @@ fn is_claude_header_mismatch(headers: &HeaderMap, body: &Value) -> bool {
         return false;
     };
     let meta = &body["params"]["_meta"];
-    let client = meta[META_CLIENT]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    header.as_bytes() == b"2025-11-25"
-        && meta[META_VERSION] == "2026-07-28"
-        && client.starts_with("claude")
+    let client = meta[META_CLIENT]["name"].as_str().unwrap_or_default().to_ascii_lowercase();
+    header.as_bytes() == b"2025-11-25" && meta[META_VERSION] == "2026-07-28" && client.starts_with("claude")
 }
 
 #[cfg(test)]
@@ -66,11 +61,7 @@ mod tests {
             ("2026-07-28", "2026-07-28", "claude-ai", false),
         ] {
             let (mut headers, body) = request(header, meta, client);
-            assert_eq!(
-                apply(&mut headers, &body),
-                expected,
-                "{header} {meta} {client}"
-            );
+            assert_eq!(apply(&mut headers, &body), expected, "{header} {meta} {client}");
             let now = headers.get(HEADER).unwrap().to_str().unwrap();
             assert_eq!(now, if expected { "2026-07-28" } else { header });
         }

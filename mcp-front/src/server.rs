@@ -34,11 +34,7 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
     let origins = guard::allowed_origins(config);
     if !origins.is_empty() {
         mcp_config = mcp_config.with_allowed_origins(origins.iter().map(|(scheme, host, port)| {
-            if host.contains(':') {
-                format!("{scheme}://[{host}]:{port}")
-            } else {
-                format!("{scheme}://{host}:{port}")
-            }
+            if host.contains(':') { format!("{scheme}://[{host}]:{port}") } else { format!("{scheme}://{host}:{port}") }
         }));
     }
     let service_bridge = bridge.clone();
@@ -48,9 +44,7 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
         mcp_config,
     );
     let guard = Arc::new(Guard::new(config, service));
-    Router::new()
-        .route("/mcp", any(guard::mcp).with_state(guard))
-        .route("/healthz", get(healthz).with_state(bridge))
+    Router::new().route("/mcp", any(guard::mcp).with_state(guard)).route("/healthz", get(healthz).with_state(bridge))
 }
 
 /// 200 when the bridge answers `bridge.health`, 503 otherwise.
@@ -102,10 +96,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
         // Without signal handlers the process still stops on the default action.
         std::future::pending::<()>().await;
         return;
