@@ -3,6 +3,7 @@
 
 mod claude;
 mod codex;
+mod conformance;
 mod crashloop;
 mod doctor;
 mod front;
