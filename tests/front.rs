@@ -44,9 +44,14 @@ impl TestFront {
     /// Starts a front for the bridge socket `socket` with extra command-line arguments, and
     /// waits (bounded) until it logs its address.
     pub async fn start(socket: &Path, args: &[&str]) -> TestFront {
+        TestFront::start_bin(&front_bin(), socket, args).await
+    }
+
+    /// [`TestFront::start`] with an explicit executable (benchmarks pass cargo's own path).
+    pub async fn start_bin(bin: &Path, socket: &Path, args: &[&str]) -> TestFront {
         let dir = tempfile::Builder::new().prefix("ab-front-").tempdir().expect("temp dir");
         let log = std::fs::File::create(dir.path().join("front.log")).expect("log file");
-        let child = Command::new(front_bin())
+        let child = Command::new(bin)
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--bridge-socket")

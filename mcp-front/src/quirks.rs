@@ -1,7 +1,13 @@
 //! Known client bugs the front tolerates, each as narrowly as it can be recognized, so the
 //! protocol checks stay strict for every other client.
 //!
-//! One today: Claude's connectors (claude.ai, Claude Desktop, and Claude Code through a
+//! Two today. First, clients that accept JSON but do not list `text/event-stream` in `Accept`
+//! (or send no `Accept`, or `*/*`): some connectors do, and so does a bare `curl`. The front
+//! answers every request with JSON, so such a client can read the answer; its `Accept` is
+//! completed before rmcp's transport (which wants both) sees it. A client that accepts neither
+//! JSON nor anything still gets 406.
+//!
+//! Second, Claude's connectors (claude.ai, Claude Desktop, and Claude Code through a
 //! claude.ai connector) negotiate 2026-07-28 and say so in every request's `_meta`, but send
 //! the header `MCP-Protocol-Version: 2025-11-25` (anthropics/claude-code#93290). A strict
 //! server answers every such call with `-32020` (header mismatch). The front lets the body
@@ -15,8 +21,10 @@ const HEADER: &str = "mcp-protocol-version";
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_CLIENT: &str = "io.modelcontextprotocol/clientInfo";
 
-/// Rewrites `headers` for a request with a recognized client quirk; returns whether it did.
+/// Rewrites `headers` for a request with a recognized client quirk; returns whether the
+/// Claude header mismatch was one of them.
 pub fn apply(headers: &mut HeaderMap, body: &Value) -> bool {
+    complete_accept(headers);
     if !is_claude_header_mismatch(headers, body) {
         return false;
     }
@@ -25,6 +33,23 @@ pub fn apply(headers: &mut HeaderMap, body: &Value) -> bool {
     );
     headers.insert(HEADER, HeaderValue::from_static("2026-07-28"));
     true
+}
+
+/// Completes an `Accept` that admits JSON (or is absent) so that it also lists SSE.
+fn complete_accept(headers: &mut HeaderMap) {
+    let values: Vec<String> = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|range| range.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .collect();
+    let json =
+        values.is_empty() || values.iter().any(|r| matches!(r.as_str(), "application/json" | "application/*" | "*/*"));
+    let sse = values.iter().any(|r| r == "text/event-stream");
+    if json && !sse {
+        headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    }
 }
 
 fn is_claude_header_mismatch(headers: &HeaderMap, body: &Value) -> bool {
@@ -64,6 +89,24 @@ mod tests {
             assert_eq!(apply(&mut headers, &body), expected, "{header} {meta} {client}");
             let now = headers.get(HEADER).unwrap().to_str().unwrap();
             assert_eq!(now, if expected { "2026-07-28" } else { header });
+        }
+    }
+
+    #[test]
+    fn an_accept_that_admits_json_is_completed_and_others_are_kept() {
+        for (accept, expected) in [
+            (None, "application/json, text/event-stream"),
+            (Some("*/*"), "application/json, text/event-stream"),
+            (Some("application/json"), "application/json, text/event-stream"),
+            (Some("text/event-stream, application/json"), "text/event-stream, application/json"),
+            (Some("text/html"), "text/html"),
+        ] {
+            let mut headers = HeaderMap::new();
+            if let Some(accept) = accept {
+                headers.insert(http::header::ACCEPT, HeaderValue::from_static(accept));
+            }
+            apply(&mut headers, &json!({}));
+            assert_eq!(headers.get(http::header::ACCEPT).unwrap(), expected, "{accept:?}");
         }
     }
 
