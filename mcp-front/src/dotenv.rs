@@ -41,7 +41,7 @@ pub fn parse(input: &[u8]) -> Result<HashMap<String, String>, DotenvError> {
         if !valid_key {
             return Err(err("invalid key (the `export` prefix is not supported)"));
         }
-        let value = parse_value(value).map_err(|m| err(m))?;
+        let value = parse_value(value).map_err(err)?;
         out.insert(key.to_owned(), value);
     }
     Ok(out)
