@@ -7,7 +7,9 @@
 
 use std::borrow::Cow;
 
-use bridge_proto::client::{CallError, Client};
+use std::sync::Arc;
+
+use bridge_proto::client::CallError;
 use bridge_proto::codes;
 use bridge_proto::methods::{self, CallParams, ClientInfo, ListParams, Surface};
 use rmcp::model::{
@@ -19,6 +21,7 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
+use crate::bridge::Bridge;
 use crate::guard::AuthOutcome;
 
 /// The protocol revisions the front speaks: the three legacy ones with `initialize`, and the
@@ -35,10 +38,10 @@ server. Call list_workdirs and list_agent_runtimes first; submit_agent_task retu
 with get_agent_task (wait_seconds up to 25); when it waits for approval or a question, answer with \
 respond_agent_approval or answer_agent_question. Reuse an idempotency_key to retry a submission safely.";
 
-/// The handler; one is made per request, holding only the bridge client (a path and a timeout).
+/// The handler; one is made per request, holding only the shared bridge client.
 #[derive(Clone)]
 pub struct Front {
-    bridge: Client,
+    bridge: Arc<Bridge>,
 }
 
 /// How a bridge call failed, as MCP needs to tell it.
@@ -64,7 +67,7 @@ impl From<CallError> for Failure {
 
 impl Front {
     /// A handler that talks to the bridge through `bridge`.
-    pub fn new(bridge: Client) -> Front {
+    pub fn new(bridge: Arc<Bridge>) -> Front {
         Front { bridge }
     }
 

@@ -6,6 +6,7 @@
 //! the database, never reads a workdir and never decides authorization (DESIGN §2 invariant 1):
 //! the caller's `Authorization` header goes to the bridge untouched.
 
+pub mod bridge;
 pub mod config;
 pub mod dotenv;
 pub mod guard;

@@ -8,7 +8,6 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use bridge_proto::client::Client;
 use bridge_proto::methods;
 use http::StatusCode;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -16,13 +15,14 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Map, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::bridge::Bridge;
 use crate::config::{Config, MAX_BODY_BYTES};
 use crate::guard::{self, Guard};
 use crate::handler::Front;
 
 /// The whole application for `config`; `shutdown` ends in-flight MCP requests when cancelled.
 pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
-    let bridge = Client::new(&config.bridge_socket, config.bridge_timeout);
+    let bridge = Arc::new(Bridge::new(&config.bridge_socket, config.bridge_timeout));
     // Host and Origin are checked by the guard before anything else; rmcp's own checks are
     // configured to the same lists so they can only agree with it.
     let mut mcp_config = StreamableHttpServerConfig::default()
@@ -37,9 +37,9 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
             if host.contains(':') { format!("{scheme}://[{host}]:{port}") } else { format!("{scheme}://{host}:{port}") }
         }));
     }
-    let service_bridge = bridge.clone();
+    let service_bridge = Arc::clone(&bridge);
     let service = StreamableHttpService::new(
-        move || Ok(Front::new(service_bridge.clone())),
+        move || Ok(Front::new(Arc::clone(&service_bridge))),
         Arc::new(NeverSessionManager::default()),
         mcp_config,
     );
@@ -48,15 +48,17 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
 }
 
 /// 200 when the bridge answers `bridge.health`, 503 otherwise.
-async fn healthz(State(bridge): State<Client>) -> Response {
-    let quick = Client::new(bridge.socket(), Duration::from_secs(5));
-    match quick.call(methods::BRIDGE_HEALTH, Map::new()).await {
-        Ok(_) => (StatusCode::OK, axum::Json(json!({ "status": "ok" }))).into_response(),
-        Err(e) => {
-            let body = json!({ "status": "unavailable", "error": { "code": e.code(), "message": e.to_string() } });
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+async fn healthz(State(bridge): State<Arc<Bridge>>) -> Response {
+    let answer = tokio::time::timeout(Duration::from_secs(5), bridge.call(methods::BRIDGE_HEALTH, Map::new())).await;
+    let failure = match answer {
+        Ok(Ok(_)) => return (StatusCode::OK, axum::Json(json!({ "status": "ok" }))).into_response(),
+        Ok(Err(e)) => json!({ "code": e.code(), "message": e.to_string() }),
+        Err(_) => {
+            json!({ "code": bridge_proto::codes::AGENT_BRIDGE_UNAVAILABLE, "message": "no answer from the bridge within 5 s" })
         }
-    }
+    };
+    let body = json!({ "status": "unavailable", "error": failure });
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }
 
 /// Binds `config.listen` and serves until SIGINT or SIGTERM.

@@ -180,7 +180,7 @@ async fn a_submission_whose_response_is_lost_is_retried_with_its_key_to_the_same
 }
 
 #[tokio::test]
-async fn a_bridge_that_is_gone_is_a_tool_error_and_an_unhealthy_front() {
+async fn a_bridge_that_is_gone_is_a_tool_error_and_an_unhealthy_front_until_it_is_back() {
     let mut bridge = TestBridge::start().await;
     let front = TestFront::start(&bridge.socket, &[]).await;
     let key = bridge.create_key("op", "operator").await;
@@ -192,5 +192,14 @@ async fn a_bridge_that_is_gone_is_a_tool_error_and_an_unhealthy_front() {
     let health = front.http("GET", "/healthz", &[], b"").await;
     assert_eq!(health.status, 503);
     assert_eq!(health.json()["error"]["code"], "AGENT_BRIDGE_UNAVAILABLE");
+    // The bridge comes back on the same socket: the front's kept connections were to the old
+    // process; the next call still works, on a fresh connection.
+    bridge.spawn().await;
+    assert_eq!(ok(&call(&client, "whoami", json!({})).await)["principal"], "op");
+    assert_eq!(front.http("GET", "/healthz", &[], b"").await.status, 200);
+    // A restart between two calls: the kept connection is dead, the call is not lost.
+    bridge.stop().await;
+    bridge.spawn().await;
+    assert_eq!(ok(&call(&client, "whoami", json!({})).await)["principal"], "op");
     let _ = client.cancel().await;
 }
