@@ -183,6 +183,17 @@ async fn refusals_have_their_statuses_and_bodies() {
         (reply.status, reply.json()["error"]["code"].clone(), reply.json()["id"].clone()),
         (400, json!(-32600), json!(4))
     );
+    // A client that accepts JSON but does not list SSE (or sends no Accept) is answered in
+    // JSON; one that accepts neither gets 406.
+    let ping_bytes = ping.to_string();
+    for accept in [None, Some("*/*"), Some("application/json")] {
+        let mut headers = vec![("Content-Type", "application/json"), ("Authorization", auth.as_str())];
+        headers.extend(accept.map(|a| ("Accept", a)));
+        let reply = front.http("POST", "/mcp", &headers, ping_bytes.as_bytes()).await;
+        assert_eq!((reply.status, reply.header("content-type")), (200, Some("application/json")), "{accept:?}");
+    }
+    let headers = [("Content-Type", "application/json"), ("Authorization", auth.as_str()), ("Accept", "text/html")];
+    assert_eq!(front.http("POST", "/mcp", &headers, ping_bytes.as_bytes()).await.status, 406);
     let notification = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
     assert_eq!(
         front.post(&[("Authorization", &auth), ("MCP-Protocol-Version", LEGACY)], &notification).await.status,
