@@ -3,8 +3,11 @@
 
 mod claude;
 mod codex;
+mod conformance;
 mod crashloop;
 mod doctor;
+mod front;
+mod front_http;
 mod idempotency;
 mod idle;
 mod lifecycle;
