@@ -203,3 +203,85 @@ async fn a_bridge_that_is_gone_is_a_tool_error_and_an_unhealthy_front_until_it_i
     assert_eq!(ok(&call(&client, "whoami", json!({})).await)["principal"], "op");
     let _ = client.cancel().await;
 }
+
+/// Seed 001 Phase E through the published MCP surface: an uncertain submission retried with
+/// its key is one task and one provider run; an unanswered approval expires into
+/// `AGENT_INTERACTION_TIMED_OUT`, a late answer is `REQUEST_STALE`, and the writer lease is free
+/// for the next task; a provider whose stop cannot be proven keeps the workdir closed.
+#[tokio::test]
+async fn phase_e_lifecycle_through_the_mcp_surface() {
+    let mut bridge =
+        TestBridge::start_with(e2e::Options::default().with("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS=2")).await;
+    let front = TestFront::start(&bridge.socket, &[]).await;
+    let key = bridge.create_key("chatgpt", "operator").await;
+    let client = connect(&front, &key, Era::Legacy).await;
+
+    let submit =
+        json!({ "runtime": "fake", "workdir": "repo", "prompt": "approval:make", "idempotency_key": "phase-e" });
+    let first = ok(&call(&client, "submit_agent_task", submit.clone()).await);
+    let again = ok(&call(&client, "submit_agent_task", submit).await);
+    assert_eq!(first["task_id"], again["task_id"]);
+    assert_eq!(again["idempotent_replay"], true);
+    let task_id = first["task_id"].as_str().unwrap().to_owned();
+
+    // The approval is asked and nobody answers it.
+    let waiting = bridge.wait_status(&task_id, "waiting_for_approval").await;
+    let request = waiting["pending_request"]["request_id"].as_str().unwrap().to_owned();
+    let mut task = Value::Null;
+    for _ in 0..10 {
+        task = ok(&call(&client, "get_agent_task", json!({ "task_id": task_id, "wait_seconds": 5 })).await);
+        if task["terminal"] == true {
+            break;
+        }
+    }
+    assert_eq!(task["status"], "interrupted", "{task:#}");
+    assert_eq!(task["error"]["code"], "AGENT_INTERACTION_TIMED_OUT");
+    let late = call(
+        &client,
+        "respond_agent_approval",
+        json!({ "task_id": task_id, "request_id": request, "decision": "approve_once" }),
+    )
+    .await;
+    assert_eq!(tool_error(&late).0, "REQUEST_STALE");
+    assert_eq!(bridge.fake_turns(), 1, "one provider run for the two submissions");
+
+    // The writer lease is available to the next task once the cleanup is over.
+    bridge.writer_idle().await;
+    let next = ok(&call(
+        &client,
+        "submit_agent_task",
+        json!({ "runtime": "fake", "workdir": "repo", "prompt": "complete:next" }),
+    )
+    .await);
+    let next = bridge.wait_terminal(next["task_id"].as_str().unwrap()).await;
+    assert_eq!(next["status"], "succeeded");
+    bridge.writer_idle().await;
+
+    // A provider whose processes outlive a crash of the bridge: the restarted bridge cannot
+    // prove the stop, so a writer is refused through MCP until the orphan is gone.
+    let (guarded, orphan) = bridge.crash_leaving_an_orphan(120).await;
+    struct KillOnDrop(i32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    let orphan_guard = KillOnDrop(orphan);
+    bridge.spawn().await;
+    let refused =
+        call(&client, "submit_agent_task", json!({ "runtime": "fake", "workdir": "repo", "prompt": "complete:x" }))
+            .await;
+    let (code, message) = tool_error(&refused);
+    assert_eq!(code, "WORKDIR_RECOVERY_REQUIRED", "{message}");
+    assert!(message.contains(&guarded));
+    drop(orphan_guard);
+    e2e::poll_until("the orphan is gone", Duration::from_secs(10), || !e2e::alive(orphan)).await;
+    let after = ok(&call(
+        &client,
+        "submit_agent_task",
+        json!({ "runtime": "fake", "workdir": "repo", "prompt": "complete:after" }),
+    )
+    .await);
+    assert_eq!(bridge.wait_terminal(after["task_id"].as_str().unwrap()).await["status"], "succeeded");
+    let _ = client.cancel().await;
+}
