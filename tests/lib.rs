@@ -557,10 +557,17 @@ impl TestBridge {
     /// provider's cleanup (seed 001 §14.1), so a writer submitted right away may get
     /// `WORKDIR_BUSY`.
     pub async fn writer_idle(&self) {
-        poll_until("the writer lease and guard of `repo` are released", Duration::from_secs(20), || {
-            self.lease_is_free(1) && self.guard_count() == 0
-        })
-        .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !(self.lease_is_free(1) && self.guard_count() == 0) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the writer lease and guard of `repo` are not released after 20 s (lease free: {}, guards: {}):\n{}",
+                self.lease_is_free(1),
+                self.guard_count(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Number of recovery guards in the store.

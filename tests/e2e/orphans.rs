@@ -144,6 +144,11 @@ async fn an_orphan_that_outlives_a_killed_bridge_keeps_the_workdir_closed_until_
 
     kill(Pid::from_raw(orphan), Signal::SIGKILL).expect("kill the orphan");
     poll_until("the orphan is gone", Duration::from_secs(10), || !alive(orphan)).await;
+    // The bridge watches the processes that keep a guard from its proof: once they are gone it
+    // clears the guard by itself, without waiting for a submit.
+    poll_until("the guard clears once the orphan is gone", Duration::from_secs(10), || b.guard_count() == 0).await;
+    let old = b.get(&id).await;
+    assert_eq!(old["error"]["code"], "BRIDGE_RESTARTED", "the reason stays the restart: {old:#}");
     let next = b.submit_ok(json!({ "prompt": "complete:recovered" })).await;
     assert_eq!(b.wait_terminal(&next).await["status"], "succeeded");
     let old = b.get(&id).await;

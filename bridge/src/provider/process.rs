@@ -120,6 +120,47 @@ pub fn close_inherited_fds_on_exec() {
     }
 }
 
+/// A descriptor, registered with the reactor, that becomes readable when process `pid`
+/// terminates (Linux `pidfd_open`).
+#[allow(unsafe_code)]
+fn watch_pid(pid: i32) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor, or -1.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: an `OwnedFd` stays open, and is the same descriptor, for as long as the `AsyncFd`
+    // that owns it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.map_err(Into::into)
+}
+
+/// Resolves when any of `pids` terminates (at once when one is already gone or cannot be
+/// watched), without polling: each pid is watched through a pidfd.
+pub async fn any_exits(pids: &[i32]) {
+    let mut waits = tokio::task::JoinSet::new();
+    for &pid in pids {
+        let Ok(fd) = watch_pid(pid) else { return };
+        waits.spawn(async move {
+            let _ = fd.readable().await;
+        });
+    }
+    let _ = waits.join_next().await;
+    waits.abort_all();
+}
+
+/// Live processes still standing between a guard and its proof: the recorded leader (same pid
+/// and start time) and every process carrying the marker. Blocking (reads `/proc`).
+pub fn unproven_pids(material: Option<&ProofMaterial>, task_id: &str) -> Vec<i32> {
+    let mut pids = marker_pids(task_id);
+    if let Some(m) = material.filter(|m| leader_alive(m) && !pids.contains(&m.pid)) {
+        pids.push(m.pid);
+    }
+    pids
+}
+
 /// Makes this process a child subreaper: descendants whose parent dies (an agent's stray
 /// background command, a `setsid` grandchild) are reparented to the bridge instead of init, so
 /// the bridge sees them and reaps them.

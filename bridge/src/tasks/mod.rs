@@ -21,6 +21,7 @@ use crate::provider::Providers;
 use crate::store::Store;
 use crate::store::tasks::TaskRow;
 
+mod ending;
 mod interact;
 pub use interact::Answer;
 pub mod manifest;
@@ -76,6 +77,8 @@ struct Inner {
     cancel_lock: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    /// Tasks whose guard a watcher waits to clear (one watcher per guard).
+    watched_guards: Mutex<std::collections::HashSet<String>>,
     /// Set once the bridge stops: submissions are refused from then on.
     closing: std::sync::atomic::AtomicBool,
     home: Option<PathBuf>,
@@ -112,6 +115,7 @@ impl TaskService {
                 tracker: TaskTracker::new(),
                 shutdown,
                 closing: std::sync::atomic::AtomicBool::new(false),
+                watched_guards: Mutex::new(std::collections::HashSet::new()),
                 home,
             }),
         }

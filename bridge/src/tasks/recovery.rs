@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{Inner, TaskService, results};
 use crate::error::code;
 use crate::model::TaskStatus;
-use crate::provider::process::{ProofMaterial, leader_alive, marker_pids};
+use crate::provider::process::{ProofMaterial, any_exits, leader_alive, marker_pids, unproven_pids};
 use crate::store::events::NewEvent;
 use crate::store::guards::GuardRow;
 use crate::store::tasks::TransitionFields;
@@ -95,8 +95,9 @@ impl Inner {
             tracing::warn!(
                 task_id = guard.task_id,
                 workdir = guard.workdir_alias,
-                "provider stop not proven; guard kept"
+                "provider stop not proven; guard kept until its processes are gone"
             );
+            self.watch_guard(guard.clone(), interrupt_code);
             return false;
         }
         let now = self.clock.now_ms();
@@ -115,6 +116,43 @@ impl Inner {
         // Deleting nothing means no guard names this task any more: its runner cleared it
         // since `guard` was read. That guard is gone all the same.
         self.store.call(move |s| s.clear_guard(&alias, &id)).await.is_ok()
+    }
+
+    /// Watches the processes that keep `guard` from its proof (through pidfds, no polling) and
+    /// clears it as soon as they are all gone. One watcher per guard; it ends with the bridge.
+    /// Unreadable proof material is never watched: that guard stays for the operator.
+    pub(super) fn watch_guard(self: &Arc<Self>, guard: GuardRow, interrupt_code: &'static str) {
+        let material = match guard.proof_json.as_deref().map(parse_proof) {
+            Some(None) => return,
+            Some(Some(m)) => Some(m),
+            None => None,
+        };
+        if !self.watched_guards.lock().unwrap_or_else(|p| p.into_inner()).insert(guard.task_id.clone()) {
+            return;
+        }
+        let inner = Arc::clone(self);
+        self.tracker.spawn(async move {
+            loop {
+                let (m, id) = (material.clone(), guard.task_id.clone());
+                let pids =
+                    tokio::task::spawn_blocking(move || unproven_pids(m.as_ref(), &id)).await.unwrap_or_default();
+                if pids.is_empty() {
+                    break;
+                }
+                tokio::select! {
+                    _ = any_exits(&pids) => {}
+                    _ = inner.shutdown.cancelled() => return,
+                }
+            }
+            inner.watched_guards.lock().unwrap_or_else(|p| p.into_inner()).remove(&guard.task_id);
+            if inner.try_clear_guard(&guard, interrupt_code).await {
+                tracing::info!(
+                    task_id = guard.task_id,
+                    workdir = guard.workdir_alias,
+                    "guard cleared: its processes are gone"
+                );
+            }
+        });
     }
 
     /// Persists `interrupted/BRIDGE_SHUTDOWN` for a task the stopping bridge leaves behind;

@@ -1,0 +1,137 @@
+//! How a runner ends: it releases what the task held (the writer lease always, the recovery
+//! guard only on proof), then persists the ending it observed — the result inline or spooled,
+//! a failure, an interruption — unless someone else already made the task terminal.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::redact::Redactor;
+use super::runner::{Ending, Job, lifecycle, transition};
+use super::{Inner, results};
+use crate::lease::Lease;
+use crate::model::TaskStatus;
+use crate::provider::process::{StopProof, marker_pids};
+use crate::store::StoreError;
+use crate::store::events::NewEvent;
+use crate::store::tasks::{TaskRow, TransitionFields};
+
+/// Releases what the task held — the writer lease always (the provider's cleanup is over),
+/// the guard only on proof — and then persists how the task ended, so a caller who sees a
+/// terminal state finds the workdir already free. (A task someone else made terminal, e.g. a
+/// cancel, keeps its state; its lease is released only now, after cleanup: seed 001 §14.1.)
+pub(super) async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &Redactor) {
+    let Job { inner, task, lease, .. } = job;
+    let task_id = task.task_id.clone();
+    release(&inner, &task, lease, proof.as_ref()).await;
+    // The provider can add no event any more: the count is final. The marker goes before the
+    // terminal event this runner writes, so a reader who reads up to the terminal state has
+    // seen it.
+    let id = task_id.clone();
+    if let Ok(Some(row)) = inner.store.call(move |s| s.get_task(&id)).await
+        && row.events_dropped > 0
+    {
+        let event = NewEvent::new("events.dropped", json!({ "count": row.events_dropped }));
+        let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+        let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
+    }
+    persist(&inner, &task_id, ending, redactor).await;
+    inner.active.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+    inner.changes.notify(&task_id);
+    inner.collect_garbage().await;
+}
+
+async fn release(inner: &Arc<Inner>, task: &TaskRow, lease: Option<Lease>, proof: Option<&StopProof>) {
+    let Some(lease) = lease else { return };
+    drop(lease);
+    let task_id = task.task_id.clone();
+    let proven = match proof {
+        Some(p) => p.proven(),
+        None => {
+            let id = task_id.clone();
+            tokio::task::spawn_blocking(move || marker_pids(&id).is_empty()).await.unwrap_or(false)
+        }
+    };
+    if proven {
+        let (alias, id) = (task.workdir_alias.clone(), task_id.clone());
+        if let Err(e) = inner.store.call(move |s| s.clear_guard(&alias, &id)).await {
+            tracing::warn!(task_id, cause = %e, "cannot clear the recovery guard");
+        }
+    } else {
+        tracing::warn!(task_id, ?proof, "provider stop not proven; the workdir keeps its recovery guard");
+        let alias = task.workdir_alias.clone();
+        if let Ok(Some(guard)) = inner.store.call(move |s| s.get_guard(&alias)).await
+            && guard.task_id == task_id
+        {
+            inner.watch_guard(guard, crate::error::code::AGENT_PROVIDER_INACTIVE);
+        }
+    }
+}
+
+/// Persists an ending the runner itself observed.
+async fn persist(inner: &Arc<Inner>, task_id: &str, ending: Ending, redactor: &Redactor) {
+    match ending {
+        Ending::AlreadyTerminal => {}
+        Ending::Completed(text) => {
+            let text = redactor.text(&text);
+            let (state_dir, id, threshold) =
+                (inner.config.state_dir.clone(), task_id.to_owned(), inner.config.limits.result_spool_threshold_bytes);
+            let stored = tokio::task::spawn_blocking(move || results::store(&state_dir, &id, &text, threshold))
+                .await
+                .unwrap_or_else(|e| Err(crate::error::ToolError::internal("result storage failed", e)));
+            match stored {
+                Ok(result) => {
+                    if result.storage == "spool" {
+                        let event = NewEvent::new(
+                            "task.result_spooled",
+                            json!({ "size_bytes": result.size_bytes, "sha256": result.sha256 }),
+                        );
+                        let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
+                        let _ = inner.store.call(move |s| s.append_event(&tid, &event, None, now)).await;
+                    }
+                    let fields = TransitionFields {
+                        event: lifecycle(
+                            "task.completed",
+                            json!({ "result_storage": result.storage, "result_size_bytes": result.size_bytes }),
+                        ),
+                        result: Some(result),
+                        ..Default::default()
+                    };
+                    if transition(inner, task_id, TaskStatus::Succeeded, fields).await.is_err() {
+                        // The task was cancelled or interrupted meanwhile: the late result is
+                        // discarded, and so is its spool file.
+                        results::delete(&inner.config.state_dir, task_id);
+                    }
+                }
+                Err(e) => fail(inner, task_id, e.code, e.message).await,
+            }
+        }
+        Ending::Failed { code, message } => fail(inner, task_id, code, message).await,
+        Ending::Interrupted { code, message } => {
+            let fields = TransitionFields {
+                error_code: Some(code.to_owned()),
+                error_message: Some(message),
+                event: lifecycle("task.interrupted", json!({ "error_code": code })),
+                ..Default::default()
+            };
+            let _ = transition(inner, task_id, TaskStatus::Interrupted, fields).await;
+        }
+    }
+}
+
+/// Fails a task; an error while it waits for a human interrupts it instead (the transition
+/// matrix has no `waiting_* → failed`).
+async fn fail(inner: &Arc<Inner>, task_id: &str, error_code: &'static str, message: String) {
+    let fields = |event: &str| TransitionFields {
+        error_code: Some(error_code.to_owned()),
+        error_message: Some(message.clone()),
+        event: lifecycle(event, json!({ "error_code": error_code })),
+        ..Default::default()
+    };
+    match transition(inner, task_id, TaskStatus::Failed, fields("task.failed")).await {
+        Err(StoreError::InvalidTransition { from, .. }) if from.starts_with("waiting_") => {
+            let _ = transition(inner, task_id, TaskStatus::Interrupted, fields("task.interrupted")).await;
+        }
+        _ => {}
+    }
+}
