@@ -335,9 +335,8 @@ impl Store {
     /// Plans a runner must drive (approved, running or waiting), oldest first.
     pub fn runnable_plans(&self) -> Result<Vec<PlanRow>, StoreError> {
         self.read(|c| {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM plans WHERE status IN ('approved','running','waiting') ORDER BY rowid"
-            );
+            let sql =
+                format!("SELECT {COLUMNS} FROM plans WHERE status IN ('approved','running','waiting') ORDER BY rowid");
             let mut stmt = c.prepare(&sql)?;
             let rows = stmt.query_map([], plan_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -404,8 +403,7 @@ impl Store {
     }
 
     /// Records the intent to start a step: `pending → starting`, only while the plan is
-    /// approved, running or waiting (never for an unapproved or finished plan). The plan
-    /// becomes `running`.
+    /// approved, running or waiting (never for an unapproved or finished plan).
     pub fn start_step(&self, plan_id: &str, position: i64, now: i64) -> Result<(), StoreError> {
         self.write(|tx| {
             let plan = get_plan_in(tx, plan_id)?.ok_or(StoreError::PlanNotFound)?;
@@ -423,10 +421,6 @@ impl Store {
                 "UPDATE plan_steps SET status = 'starting', started_at = ?3 WHERE plan_id = ?1 AND position = ?2",
                 params![plan_id, position, now],
             )?;
-            tx.execute(
-                "UPDATE plans SET status = 'running', wait_code = NULL, updated_at = ?2 WHERE plan_id = ?1",
-                params![plan_id, now],
-            )?;
             Ok(())
         })
     }
@@ -443,8 +437,9 @@ impl Store {
         })
     }
 
-    /// Links a step to the task created for it: `starting → running`.
-    pub fn link_step(&self, plan_id: &str, position: i64, task_id: &str) -> Result<(), StoreError> {
+    /// Links a step to the task created for it (`starting → running`); the plan is `running`
+    /// from then on (a waiting plan stops waiting).
+    pub fn link_step(&self, plan_id: &str, position: i64, task_id: &str, now: i64) -> Result<(), StoreError> {
         self.write(|tx| {
             let actual = step_status_in(tx, plan_id, position)?;
             if actual != "starting" {
@@ -453,6 +448,11 @@ impl Store {
             tx.execute(
                 "UPDATE plan_steps SET status = 'running', task_id = ?3 WHERE plan_id = ?1 AND position = ?2",
                 params![plan_id, position, task_id],
+            )?;
+            tx.execute(
+                "UPDATE plans SET status = 'running', wait_code = NULL, updated_at = ?2 \
+                 WHERE plan_id = ?1 AND status IN ('approved','waiting','running')",
+                params![plan_id, now],
             )?;
             Ok(())
         })

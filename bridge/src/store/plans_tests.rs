@@ -52,8 +52,7 @@ fn a_session_plan_waits_and_an_operator_plan_is_approved_at_creation() {
         panic!("created")
     };
     assert_eq!((p.status, p.approved_at, p.created_by.as_str()), (PlanStatus::PendingApproval, None, "panel"));
-    let PlanInserted::Created(p) =
-        store.insert_plan(&plan("pln_2", Some("operator@local"), None), &steps(1)).unwrap()
+    let PlanInserted::Created(p) = store.insert_plan(&plan("pln_2", Some("operator@local"), None), &steps(1)).unwrap()
     else {
         panic!("created")
     };
@@ -71,8 +70,10 @@ fn no_step_of_an_unapproved_plan_starts() {
     store.plan_transition("pln_1", PlanStatus::Approved, PlanFields::default(), 3_000).unwrap();
     store.start_step("pln_1", 1, 3_001).unwrap();
     let (p, s) = store.get_plan_with_steps("pln_1").unwrap().unwrap();
-    assert_eq!((p.status, p.approved_at, s[0].status.as_str()), (PlanStatus::Running, Some(3_000), "starting"));
-    assert!(matches!(store.start_step("pln_1", 1, 3_002), Err(StoreError::StepState { .. })), "once only");
+    assert_eq!((p.status, p.approved_at, s[0].status.as_str()), (PlanStatus::Approved, Some(3_000), "starting"));
+    store.link_step("pln_1", 1, "agt_1", 3_002).unwrap();
+    assert_eq!(store.get_plan("pln_1").unwrap().unwrap().status, PlanStatus::Running);
+    assert!(matches!(store.start_step("pln_1", 1, 3_003), Err(StoreError::StepState { .. })), "once only");
 }
 
 /// Seed 002 §7.5: a step the schema refuses rolls the whole plan back.
@@ -202,7 +203,7 @@ fn retention_spares_the_steps_of_a_running_plan() {
     };
     store.insert_task(&task, 9, None, &NewEvent::new("task.submitted", serde_json::json!({}))).unwrap();
     store.start_step("pln_1", 1, 10).unwrap();
-    store.link_step("pln_1", 1, "agt_1").unwrap();
+    store.link_step("pln_1", 1, "agt_1", 10).unwrap();
     store.transition("agt_1", crate::model::TaskStatus::Cancelled, TransitionFields::default(), 20).unwrap();
     store.finish_step("pln_1", 1, "cancelled", 20).unwrap();
     assert!(store.delete_expired(100).unwrap().is_empty(), "the plan still runs");
