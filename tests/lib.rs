@@ -123,6 +123,8 @@ pub fn base_env(root: &Path) -> String {
         format!("SERVERFS_AGENT_LOCK_HOST_DIR={}", root.join("locks").display()),
         format!("SERVERFS_AGENT_BRIDGE_STATE_DIR={}", root.join("state").display()),
         "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true".to_owned(),
+        // Every test bridge serves its board on a free port of its own.
+        "SERVERFS_BOARD_ADDR=127.0.0.1:0".to_owned(),
         "WORKDIR_01_ALIAS=repo".to_owned(),
         format!("WORKDIR_01_PATH={}", root.join("repo").display()),
         "WORKDIR_01_DESCRIPTION=A writable test repository".to_owned(),
