@@ -9,6 +9,7 @@ mod idempotency;
 mod idle;
 mod lifecycle;
 mod orphans;
+mod plans;
 mod policy;
 mod protocol;
 mod restart;
