@@ -14,6 +14,7 @@ use tempfile::TempDir;
 use bridge_proto::client::{CallError, Client};
 use bridge_proto::methods::{self, CallParams, ListParams, Surface};
 
+pub mod browser;
 pub mod model;
 pub mod real;
 

@@ -1,6 +1,7 @@
 //! The end-to-end suite: each module starts real `agent-bridge` processes on temporary
 //! sockets and drives them through the socket protocol and the CLI.
 
+mod board;
 mod claude;
 mod codex;
 mod crashloop;

@@ -5,12 +5,16 @@
   "use strict";
   var pulse = document.body.getAttribute("data-pulse");
   var dirty = false;
+  var leaving = false;
   document.addEventListener("input", function () { dirty = true; });
+  // A form being submitted is a navigation already: a reload now would abort it.
+  document.addEventListener("submit", function () { leaving = true; });
   function busy() {
     var a = document.activeElement;
     return dirty || (a && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName) && a.type !== "submit");
   }
   function changed() {
+    if (leaving) { return; }
     if (busy()) { document.getElementById("live-note").hidden = false; } else { location.reload(); }
   }
   function poll() {
