@@ -15,6 +15,7 @@ use bridge_proto::client::{CallError, Client};
 use bridge_proto::methods::{self, CallParams, ListParams, Surface};
 
 pub mod browser;
+pub mod front;
 pub mod model;
 pub mod real;
 
@@ -41,6 +42,11 @@ pub fn bridge_bin() -> PathBuf {
 /// `cargo test -p e2e` (or `--test e2e`) does not rebuild `agent-bridge`, and a stale binary
 /// would silently test old code.
 fn assert_fresh(bin: &Path) {
+    assert_fresh_from(bin, &["bridge/src", "proto/src"]);
+}
+
+/// Fails when a `.rs` file under one of `dirs` (relative to the workspace) is newer than `bin`.
+pub fn assert_fresh_from(bin: &Path, dirs: &[&str]) {
     fn newest(dir: &Path, newest_seen: &mut Option<(std::time::SystemTime, PathBuf)>) {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
         for entry in entries.flatten() {
@@ -57,14 +63,14 @@ fn assert_fresh(bin: &Path) {
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
     let mut newest_source = None;
-    for dir in ["bridge/src", "proto/src"] {
+    for dir in dirs {
         newest(&workspace.join(dir), &mut newest_source);
     }
     let built = std::fs::metadata(bin).and_then(|m| m.modified()).expect("the binary's mtime");
     if let Some((modified, source)) = newest_source {
         assert!(
             modified <= built,
-            "{} is older than {}: build it first (`cargo build -p agent-bridge`, or run `cargo test --workspace`)",
+            "{} is older than {}: build it first (`cargo build --workspace`, or run `cargo test --workspace`)",
             bin.display(),
             source.display()
         );

@@ -4,8 +4,11 @@
 mod board;
 mod claude;
 mod codex;
+mod conformance;
 mod crashloop;
 mod doctor;
+mod front;
+mod front_http;
 mod idempotency;
 mod idle;
 mod lifecycle;

@@ -1,0 +1,203 @@
+//! Load through the front: `tools/call get_agent_task` over HTTP (keep-alive, one connection
+//! per client) through the real `mcp-front` and `agent-bridge` at 1, 16 and 64 concurrent
+//! clients, beside the same call on the bridge socket alone (one connection per client), with
+//! the front's overhead as a ratio and its resident memory under that load.
+//!
+//! Run: `cargo build --release -p agent-bridge && cargo bench -p mcp-front --bench front`.
+//! Figures depend on the machine; compare the ratios of one run, not absolute numbers.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use bridge_proto::client::Connection;
+use bridge_proto::methods::{self, CallParams, Surface};
+use e2e::TestBridge;
+use e2e::front::TestFront;
+
+/// One keep-alive HTTP/1.1 connection to the front.
+struct HttpClient {
+    stream: BufReader<TcpStream>,
+    head: String,
+}
+
+impl HttpClient {
+    async fn connect(addr: SocketAddr, key: &str) -> HttpClient {
+        let stream = TcpStream::connect(addr).await.expect("connect to the front");
+        stream.set_nodelay(true).expect("nodelay");
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n\
+             Authorization: Bearer {key}\r\n"
+        );
+        HttpClient { stream: BufReader::new(stream), head }
+    }
+
+    /// Posts `body` and returns the response body.
+    async fn post(&mut self, body: &[u8]) -> Vec<u8> {
+        let request = format!("{}Content-Length: {}\r\n\r\n", self.head, body.len());
+        let inner = self.stream.get_mut();
+        inner.write_all(request.as_bytes()).await.expect("send head");
+        inner.write_all(body).await.expect("send body");
+        let mut length = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).await.expect("read head");
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().expect("content-length");
+            }
+        }
+        let mut out = vec![0; length];
+        self.stream.read_exact(&mut out).await.expect("read body");
+        out
+    }
+}
+
+struct Run {
+    latencies: Vec<Duration>,
+    wall: Duration,
+}
+
+async fn through_front(addr: SocketAddr, key: &str, clients: usize, calls: usize, task_id: &str) -> Run {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "get_agent_task", "arguments": { "task_id": task_id } } })
+    .to_string();
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..clients {
+        let (key, body) = (key.to_owned(), body.clone());
+        handles.push(tokio::spawn(async move {
+            let mut client = HttpClient::connect(addr, &key).await;
+            let mut latencies = Vec::with_capacity(calls);
+            for _ in 0..calls {
+                let t = Instant::now();
+                let reply = client.post(body.as_bytes()).await;
+                latencies.push(t.elapsed());
+                let ok = b"\"isError\":false";
+                assert!(
+                    reply.windows(ok.len()).any(|w| w == ok),
+                    "{}",
+                    String::from_utf8_lossy(&reply[..reply.len().min(300)])
+                );
+            }
+            latencies
+        }));
+    }
+    collect(handles, started).await
+}
+
+async fn on_socket(bridge: &TestBridge, key: &str, clients: usize, calls: usize, task_id: &str) -> Run {
+    let Value::Object(arguments) = json!({ "task_id": task_id }) else { unreachable!() };
+    let params = CallParams {
+        credential: Some(format!("Bearer {key}")),
+        surface: Surface::Mcp,
+        client: None,
+        name: "get_agent_task".into(),
+        arguments,
+    };
+    let Ok(Value::Object(params)) = serde_json::to_value(params) else { unreachable!() };
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..clients {
+        let (socket, params): (_, Map<String, Value>) = (bridge.socket.clone(), params.clone());
+        handles.push(tokio::spawn(async move {
+            let mut conn = Connection::connect(&socket).await.expect("connect");
+            let mut latencies = Vec::with_capacity(calls);
+            for _ in 0..calls {
+                let t = Instant::now();
+                conn.call(methods::CAPABILITIES_CALL, params.clone()).await.expect("call");
+                latencies.push(t.elapsed());
+            }
+            latencies
+        }));
+    }
+    collect(handles, started).await
+}
+
+async fn collect(handles: Vec<tokio::task::JoinHandle<Vec<Duration>>>, started: Instant) -> Run {
+    let mut latencies = Vec::new();
+    for h in handles {
+        latencies.extend(h.await.expect("client"));
+    }
+    latencies.sort();
+    Run { latencies, wall: started.elapsed() }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
+}
+
+fn rate(r: &Run) -> f64 {
+    r.latencies.len() as f64 / r.wall.as_secs_f64()
+}
+
+fn line(label: &str, clients: usize, r: &Run) -> String {
+    format!(
+        "{label:<14} clients {clients:>2}  calls {:>5}  p50 {:>8.1} µs  p99 {:>8.1} µs  {:>8.0} calls/s",
+        r.latencies.len(),
+        percentile(&r.latencies, 0.50).as_secs_f64() * 1e6,
+        percentile(&r.latencies, 0.99).as_secs_f64() * 1e6,
+        rate(r)
+    )
+}
+
+/// `VmRSS` and `VmHWM` (peak) of a process, in KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let bridge = TestBridge::start().await;
+        let front = TestFront::start_bin(env!("CARGO_BIN_EXE_mcp-front").as_ref(), &bridge.socket, &[]).await;
+        let pid = front.pid().expect("front pid");
+        let key = bridge.create_key("bench", "operator").await;
+        let submitted = bridge
+            .call_mcp(Some(&key), "submit_agent_task", json!({ "runtime": "fake", "workdir": "repo", "prompt": "complete:bench" }))
+            .await
+            .expect("submit");
+        let task_id = submitted["task_id"].as_str().expect("task id").to_owned();
+        bridge.wait_terminal(&task_id).await;
+        let (idle, _) = rss_kib(pid);
+        // Warm up both paths.
+        through_front(front.addr, &key, 4, 200, &task_id).await;
+        on_socket(&bridge, &key, 4, 200, &task_id).await;
+        say(&format!("mcp-front RSS idle: {} KiB", idle));
+        for (clients, calls) in [(1usize, 2000usize), (16, 250), (64, 80)] {
+            let socket = on_socket(&bridge, &key, clients, calls, &task_id).await;
+            let front_run = through_front(front.addr, &key, clients, calls, &task_id).await;
+            let (rss, peak) = rss_kib(pid);
+            say(&line("bridge socket", clients, &socket));
+            say(&line("front + bridge", clients, &front_run));
+            say(&format!(
+                "  overhead: p50 x{:.2}, throughput x{:.2} of the socket alone; mcp-front RSS {rss} KiB (peak {peak} KiB)",
+                percentile(&front_run.latencies, 0.5).as_secs_f64() / percentile(&socket.latencies, 0.5).as_secs_f64(),
+                rate(&front_run) / rate(&socket),
+            ));
+        }
+    });
+}

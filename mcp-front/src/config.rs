@@ -1,0 +1,260 @@
+//! The front's settings: command-line flags, then the process environment, then an optional
+//! `.env`, then the defaults. This is the only module that reads environment variables.
+//!
+//! The keys are the bridge's (`SERVERFS_MCP_LISTEN`, `SERVERFS_AGENT_BRIDGE_SOCKET`,
+//! `SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS`, `SERVERFS_MCP_ALLOWED_HOSTS`,
+//! `SERVERFS_MCP_ALLOWED_ORIGINS`), so one `.env` drives both processes; the bridge's
+//! `config check` validates the whole file, the front reads only these.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// The default listen address (loopback).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+/// The default front-to-bridge timeout for one call, in seconds.
+pub const DEFAULT_BRIDGE_TIMEOUT_SECONDS: u64 = 30;
+/// The largest request body accepted (the bridge's line limit: a larger call could not be
+/// forwarded anyway).
+pub const MAX_BODY_BYTES: usize = bridge_proto::MAX_LINE_BYTES;
+
+/// mcp-front: the stateless MCP server in front of agent-bridge.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(name = "mcp-front", version, about)]
+pub struct Args {
+    /// The address to listen on, IP:port [env: SERVERFS_MCP_LISTEN; default 127.0.0.1:8765].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// The bridge socket [env: SERVERFS_AGENT_BRIDGE_SOCKET; default: the bridge's default
+    /// socket under SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR or ~/.local/share/agent-bridge].
+    #[arg(long)]
+    pub bridge_socket: Option<PathBuf>,
+    /// Seconds one call to the bridge may take [env: SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS; 30].
+    #[arg(long)]
+    pub bridge_timeout_seconds: Option<u64>,
+    /// Extra accepted Host values, comma-separated [env: SERVERFS_MCP_ALLOWED_HOSTS].
+    #[arg(long)]
+    pub allowed_hosts: Option<String>,
+    /// Accepted Origin values, comma-separated [env: SERVERFS_MCP_ALLOWED_ORIGINS].
+    #[arg(long)]
+    pub allowed_origins: Option<String>,
+    /// Read the settings from this `.env` (the environment and the flags win over it).
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+}
+
+/// The validated settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The bridge socket.
+    pub bridge_socket: PathBuf,
+    /// The bound of one front-to-bridge call.
+    pub bridge_timeout: Duration,
+    /// Host values accepted besides the loopback names and the listen address.
+    pub allowed_hosts: Vec<String>,
+    /// Origin values accepted (a request without Origin is always accepted).
+    pub allowed_origins: Vec<String>,
+    /// Whether the `.env` or the environment says the bridge runs in tunnel mode
+    /// (`SERVERFS_MCP_AUTH=none`); only used to warn, the bridge decides.
+    pub tunnel_mode: bool,
+}
+
+/// A setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The `.env` could not be read.
+    #[error("cannot read {path}: {message}")]
+    EnvFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A value is invalid.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// The key or flag.
+        key: &'static str,
+        /// Why (never the value of a secret; none of these keys is one).
+        message: String,
+    },
+}
+
+impl Config {
+    /// Builds the configuration from flags, the process environment and the `.env`.
+    pub fn load(args: Args) -> Result<Config, ConfigError> {
+        let file = match &args.env_file {
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?;
+                crate::dotenv::parse(&bytes)
+                    .map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?
+            }
+            None => HashMap::new(),
+        };
+        let environment: HashMap<String, String> =
+            std::env::vars().filter(|(k, _)| k.starts_with("SERVERFS_") || k == "HOME").collect();
+        Config::resolve(args, &environment, &file)
+    }
+
+    /// The pure part of [`Config::load`]: flags over `environment` over `file`.
+    pub fn resolve(
+        args: Args,
+        environment: &HashMap<String, String>,
+        file: &HashMap<String, String>,
+    ) -> Result<Config, ConfigError> {
+        let get =
+            |key: &str| environment.get(key).or_else(|| file.get(key)).map(String::as_str).filter(|v| !v.is_empty());
+        let listen = match args.listen {
+            Some(addr) => addr,
+            None => {
+                let text = get("SERVERFS_MCP_LISTEN").unwrap_or(DEFAULT_LISTEN);
+                text.parse().map_err(|_| ConfigError::Invalid {
+                    key: "SERVERFS_MCP_LISTEN",
+                    message: format!("{text:?} is not an IP:port address"),
+                })?
+            }
+        };
+        let home = environment.get("HOME").map(PathBuf::from);
+        let bridge_socket = match args.bridge_socket {
+            Some(path) => path,
+            None => match get("SERVERFS_AGENT_BRIDGE_SOCKET") {
+                Some(path) => expand_home(path, home.as_ref()),
+                None => match get("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR") {
+                    Some(dir) => expand_home(dir, home.as_ref()).join("bridge.sock"),
+                    None => match home {
+                        Some(home) => home.join(".local/share/agent-bridge/runtime/socket/bridge.sock"),
+                        None => {
+                            return Err(ConfigError::Invalid {
+                                key: "SERVERFS_AGENT_BRIDGE_SOCKET",
+                                message: "not set, and HOME is unset so the default cannot be found".into(),
+                            });
+                        }
+                    },
+                },
+            },
+        };
+        let seconds = match args.bridge_timeout_seconds {
+            Some(s) => s,
+            None => match get("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS") {
+                Some(text) => text.parse().map_err(|_| ConfigError::Invalid {
+                    key: "SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS",
+                    message: format!("{text:?} is not a positive whole number of seconds"),
+                })?,
+                None => DEFAULT_BRIDGE_TIMEOUT_SECONDS,
+            },
+        };
+        if seconds == 0 || seconds > 3600 {
+            return Err(ConfigError::Invalid {
+                key: "SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS",
+                message: format!("{seconds} is outside 1..=3600"),
+            });
+        }
+        let allowed_hosts = split(args.allowed_hosts.as_deref().or(get("SERVERFS_MCP_ALLOWED_HOSTS")));
+        if let Some(bad) = allowed_hosts.iter().find(|h| h.contains('/') || h.contains(char::is_whitespace)) {
+            return Err(ConfigError::Invalid {
+                key: "SERVERFS_MCP_ALLOWED_HOSTS",
+                message: format!("{bad:?} is not a host name (no spaces, no scheme, no path)"),
+            });
+        }
+        let allowed_origins = split(args.allowed_origins.as_deref().or(get("SERVERFS_MCP_ALLOWED_ORIGINS")));
+        if let Some(bad) = allowed_origins.iter().find(|o| crate::guard::normalize_origin(o).is_none()) {
+            return Err(ConfigError::Invalid {
+                key: "SERVERFS_MCP_ALLOWED_ORIGINS",
+                message: format!("{bad:?} is not an origin such as https://chatgpt.com"),
+            });
+        }
+        let tunnel_mode = get("SERVERFS_MCP_AUTH").is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        Ok(Config {
+            listen,
+            bridge_socket,
+            bridge_timeout: Duration::from_secs(seconds),
+            allowed_hosts,
+            allowed_origins,
+            tunnel_mode,
+        })
+    }
+
+    /// Whether the front listens on a loopback address only.
+    pub fn is_loopback(&self) -> bool {
+        self.listen.ip().is_loopback()
+    }
+}
+
+fn split(list: Option<&str>) -> Vec<String> {
+    list.unwrap_or("").split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+fn expand_home(path: &str, home: Option<&PathBuf>) -> PathBuf {
+    match (path.strip_prefix("~/"), home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn flags_win_over_the_environment_which_wins_over_the_file() {
+        let file = map(&[("SERVERFS_MCP_LISTEN", "127.0.0.1:1"), ("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", "7")]);
+        let env = map(&[("SERVERFS_MCP_LISTEN", "127.0.0.1:2"), ("HOME", "/home/op")]);
+        let c = Config::resolve(Args::default(), &env, &file).unwrap();
+        assert_eq!(c.listen.port(), 2);
+        assert_eq!(c.bridge_timeout, Duration::from_secs(7));
+        assert_eq!(c.bridge_socket, PathBuf::from("/home/op/.local/share/agent-bridge/runtime/socket/bridge.sock"));
+        let args = Args { listen: Some("127.0.0.1:3".parse().unwrap()), ..Args::default() };
+        assert_eq!(Config::resolve(args, &env, &file).unwrap().listen.port(), 3);
+    }
+
+    #[test]
+    fn the_socket_follows_the_bridge_socket_dir_and_expands_home() {
+        let env = map(&[("HOME", "/h"), ("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR", "~/run")]);
+        let c = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap();
+        assert_eq!(c.bridge_socket, PathBuf::from("/h/run/bridge.sock"));
+        let env = map(&[("HOME", "/h"), ("SERVERFS_AGENT_BRIDGE_SOCKET", "/s/b.sock")]);
+        assert_eq!(
+            Config::resolve(Args::default(), &env, &HashMap::new()).unwrap().bridge_socket,
+            PathBuf::from("/s/b.sock")
+        );
+    }
+
+    #[test]
+    fn refuses_bad_values_naming_the_key() {
+        for (key, value) in [
+            ("SERVERFS_MCP_LISTEN", "localhost"),
+            ("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", "0"),
+            ("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", "x"),
+            ("SERVERFS_MCP_ALLOWED_HOSTS", "https://a.example"),
+            ("SERVERFS_MCP_ALLOWED_ORIGINS", "a.example"),
+        ] {
+            let env = map(&[("HOME", "/h"), (key, value)]);
+            let e = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap_err();
+            assert!(e.to_string().starts_with(key), "{e}");
+        }
+    }
+
+    #[test]
+    fn lists_are_split_and_tunnel_mode_is_noticed() {
+        let env = map(&[
+            ("HOME", "/h"),
+            ("SERVERFS_MCP_ALLOWED_HOSTS", " mcp.example.com, ,front:8765"),
+            ("SERVERFS_MCP_ALLOWED_ORIGINS", "https://chatgpt.com"),
+            ("SERVERFS_MCP_AUTH", "none"),
+        ]);
+        let c = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap();
+        assert_eq!(c.allowed_hosts, ["mcp.example.com", "front:8765"]);
+        assert_eq!(c.allowed_origins, ["https://chatgpt.com"]);
+        assert!(c.tunnel_mode && c.is_loopback());
+    }
+}

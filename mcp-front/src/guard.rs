@@ -1,0 +1,275 @@
+//! The HTTP checks in front of the MCP service, in order: Host and Origin (403), method
+//! (405), content type (415), body size (413), a single well-formed JSON-RPC message (400 with
+//! a JSON-RPC error), one narrow client quirk, then the MCP service itself; a credential the
+//! bridge refused turns the answer into a 401.
+//!
+//! Nothing here decides who may do what: the caller's `Authorization` header goes to the
+//! bridge untouched, and the only thing the front learns back is "unauthenticated".
+
+use std::sync::{Arc, OnceLock};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use serde_json::{Value, json};
+
+use crate::config::{Config, MAX_BODY_BYTES};
+use crate::handler::Front;
+
+/// The MCP service behind the guard.
+pub type McpService = StreamableHttpService<Front, NeverSessionManager>;
+
+/// Set by the handler when the bridge answered `UNAUTHENTICATED`, read by the guard to answer
+/// 401. Carried in the request's extensions, so it lives exactly as long as one request.
+#[derive(Debug, Clone, Default)]
+pub struct AuthOutcome(Arc<OnceLock<String>>);
+
+impl AuthOutcome {
+    /// Records the bridge's refusal.
+    pub fn refuse(&self, message: String) {
+        let _ = self.0.set(message);
+    }
+}
+
+/// The guard's state: the host and origin policy and the MCP service.
+pub struct Guard {
+    /// Accepted Host authorities (`None`: any Host, for a front bound to a public address
+    /// with no list configured).
+    hosts: Option<Vec<(String, Option<u16>)>>,
+    /// Accepted origins, normalized.
+    origins: Vec<(String, String, u16)>,
+    /// The MCP service.
+    service: McpService,
+}
+
+impl Guard {
+    /// The guard for `config` in front of `service`.
+    pub fn new(config: &Config, service: McpService) -> Guard {
+        let mut hosts: Vec<String> = config.allowed_hosts.clone();
+        if config.is_loopback() {
+            hosts.extend(["localhost", "127.0.0.1", "::1"].map(str::to_owned));
+        }
+        let ip = config.listen.ip();
+        if !ip.is_unspecified() {
+            hosts.push(ip.to_string());
+        }
+        // Bound to a public or unspecified address with no list: the operator's proxy or tunnel
+        // decides what reaches us.
+        let enforce = config.is_loopback() || !config.allowed_hosts.is_empty();
+        let hosts = enforce.then(|| hosts.iter().filter_map(|h| parse_authority(h)).collect());
+        let origins = allowed_origins(config);
+        Guard { hosts, origins, service }
+    }
+
+    fn host_allowed(&self, headers: &HeaderMap) -> bool {
+        let Some(allowed) = &self.hosts else {
+            return true;
+        };
+        let Some((host, port)) = headers.get(header::HOST).and_then(|v| v.to_str().ok()).and_then(parse_authority)
+        else {
+            return false;
+        };
+        allowed.iter().any(|(h, p)| *h == host && p.is_none_or(|p| Some(p) == port))
+    }
+
+    fn origin_allowed(&self, headers: &HeaderMap) -> bool {
+        let mut values = headers.get_all(header::ORIGIN).iter();
+        let Some(value) = values.next() else {
+            return true;
+        };
+        if values.next().is_some() {
+            return false;
+        }
+        value.to_str().ok().and_then(normalize_origin).is_some_and(|o| self.origins.contains(&o))
+    }
+}
+
+/// The origins a browser page may call from: the configured ones and, on loopback, the
+/// front's own (`http://localhost:PORT` and the loopback addresses), normalized.
+pub fn allowed_origins(config: &Config) -> Vec<(String, String, u16)> {
+    let mut origins: Vec<_> = config.allowed_origins.iter().filter_map(|o| normalize_origin(o)).collect();
+    if config.is_loopback() {
+        let port = config.listen.port();
+        for host in ["localhost", "127.0.0.1", "::1"] {
+            origins.push(("http".to_owned(), host.to_owned(), port));
+        }
+    }
+    origins
+}
+
+/// `/mcp`, every method.
+pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response {
+    let headers = request.headers();
+    if !guard.host_allowed(headers) {
+        tracing::warn!(host = ?headers.get(header::HOST), "refused a request for a foreign Host (possible DNS rebinding)");
+        return rpc_error(StatusCode::FORBIDDEN, Value::Null, -32600, "Forbidden: the Host header is not allowed");
+    }
+    if !guard.origin_allowed(headers) {
+        tracing::warn!(origin = ?headers.get(header::ORIGIN), "refused a request from an origin that is not allowed");
+        return rpc_error(StatusCode::FORBIDDEN, Value::Null, -32600, "Forbidden: the Origin header is not allowed");
+    }
+    if request.method() != Method::POST {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "Method Not Allowed: this server is stateless and takes POST only\n",
+        )
+            .into_response();
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json")));
+    if !is_json {
+        return rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Value::Null,
+            -32600,
+            "Unsupported Media Type: Content-Type must be application/json",
+        );
+    }
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(e) if is_length_limit(&e) => return too_large(),
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32600,
+                &format!("cannot read the request body: {e}"),
+            );
+        }
+    };
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(value) => value,
+        Err(e) => {
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, &format!("Parse error: {e}"));
+        }
+    };
+    let id = match &value {
+        Value::Object(m) => m.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null),
+        Value::Array(_) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32600,
+                "Invalid Request: batches are not supported; send one JSON-RPC message per POST",
+            );
+        }
+        _ => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                -32600,
+                "Invalid Request: the body must be one JSON-RPC message object",
+            );
+        }
+    };
+    if let Err(e) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            -32600,
+            &format!("Invalid Request: not a JSON-RPC 2.0 message this server accepts: {e}"),
+        );
+    }
+    crate::quirks::apply(&mut parts.headers, &value);
+    let outcome = AuthOutcome::default();
+    parts.extensions.insert(outcome.clone());
+    let response = guard.service.handle(Request::from_parts(parts, Body::from(bytes))).await;
+    if let Some(message) = outcome.0.get() {
+        return unauthorized(id, message);
+    }
+    let mut response = response.map(Body::new);
+    // Stateless: never hand out a session (rmcp does not in this mode; keep it that way).
+    response.headers_mut().remove("mcp-session-id");
+    response
+}
+
+/// The 401 every missing, malformed, unknown or revoked credential gets: a bearer challenge
+/// with a realm and nothing that points a client to OAuth.
+fn unauthorized(id: Value, message: &str) -> Response {
+    let mut response = rpc_error(StatusCode::UNAUTHORIZED, id, -32600, &format!("UNAUTHENTICATED: {message}"));
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"agent-bridge\""));
+    response
+}
+
+fn too_large() -> Response {
+    let message = format!("Payload Too Large: the request body exceeds {MAX_BODY_BYTES} bytes");
+    rpc_error(StatusCode::PAYLOAD_TOO_LARGE, Value::Null, -32600, &message)
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        if s.to_string().contains("length limit") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// A JSON-RPC error response with an HTTP status.
+pub fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } });
+    let mut response = (status, Bytes::from(body.to_string())).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// `host[:port]` → lowercase host without brackets, and the port.
+fn parse_authority(text: &str) -> Option<(String, Option<u16>)> {
+    let authority: http::uri::Authority = text.trim().parse().ok()?;
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    Some((host, authority.port_u16()))
+}
+
+/// `scheme://host[:port][/]` → (scheme, host, port with the scheme's default filled in).
+pub fn normalize_origin(text: &str) -> Option<(String, String, u16)> {
+    let text = text.trim().trim_end_matches('/');
+    let (scheme, rest) = text.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || rest.contains(char::is_whitespace) {
+        return None;
+    }
+    let (host, port) = parse_authority(rest)?;
+    Some((scheme, host, port.unwrap_or(default_port)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_normalize_with_default_ports() {
+        assert_eq!(normalize_origin("https://ChatGPT.com/"), Some(("https".into(), "chatgpt.com".into(), 443)));
+        assert_eq!(normalize_origin("http://localhost:6274"), Some(("http".into(), "localhost".into(), 6274)));
+        assert_eq!(normalize_origin("http://[::1]:80"), Some(("http".into(), "::1".into(), 80)));
+        for bad in ["chatgpt.com", "ftp://x", "https://", "https://a/b", "null", "https://u@a"] {
+            assert_eq!(normalize_origin(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn authorities_parse_with_and_without_ports() {
+        assert_eq!(parse_authority("LOCALHOST:8765"), Some(("localhost".into(), Some(8765))));
+        assert_eq!(parse_authority("[::1]:1"), Some(("::1".into(), Some(1))));
+        assert_eq!(parse_authority("a b"), None);
+    }
+}

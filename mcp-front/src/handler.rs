@@ -1,0 +1,221 @@
+//! The MCP server handler: every MCP request becomes exactly one bridge request, carrying the
+//! caller's `Authorization` header untouched as the credential, on surface `mcp`.
+//!
+//! `tools/list` → `capabilities.list`; `tools/call` → `capabilities.call`; `initialize` and
+//! `server/discover` check the credential with `capabilities.list` so a client learns at
+//! connection time that its key is wrong. The handler keeps nothing between requests.
+
+use std::borrow::Cow;
+
+use std::sync::Arc;
+
+use bridge_proto::client::CallError;
+use bridge_proto::codes;
+use bridge_proto::methods::{self, CallParams, ClientInfo, ListParams, Surface};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorData, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use crate::bridge::Bridge;
+use crate::guard::AuthOutcome;
+
+/// The protocol revisions the front speaks: the three legacy ones with `initialize`, and the
+/// modern stateless one.
+pub static SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
+];
+
+const INSTRUCTIONS: &str = "Delegates coding objectives to agent runtimes (Codex, Claude Code) on the operator's \
+server. Call list_workdirs and list_agent_runtimes first; submit_agent_task returns a task_id at once; poll it \
+with get_agent_task (wait_seconds up to 25); when it waits for approval or a question, answer with \
+respond_agent_approval or answer_agent_question. Reuse an idempotency_key to retry a submission safely.";
+
+/// The handler; one is made per request, holding only the shared bridge client.
+#[derive(Clone)]
+pub struct Front {
+    bridge: Arc<Bridge>,
+}
+
+/// How a bridge call failed, as MCP needs to tell it.
+enum Failure {
+    /// The credential was refused: HTTP 401.
+    Unauthenticated(String),
+    /// The tool does not exist for this caller: the JSON-RPC error of a nonexistent tool.
+    UnknownTool(String),
+    /// Anything else: a tool error (`isError: true`) or, outside a tool call, an internal error.
+    Error { code: String, message: String },
+}
+
+impl From<CallError> for Failure {
+    fn from(e: CallError) -> Failure {
+        match e {
+            CallError::Remote { code, message } if code == codes::UNAUTHENTICATED => Failure::Unauthenticated(message),
+            CallError::Remote { code, message } if code == codes::UNKNOWN_TOOL => Failure::UnknownTool(message),
+            CallError::Remote { code, message } => Failure::Error { code, message },
+            other => Failure::Error { code: other.code().to_owned(), message: other.to_string() },
+        }
+    }
+}
+
+impl Front {
+    /// A handler that talks to the bridge through `bridge`.
+    pub fn new(bridge: Arc<Bridge>) -> Front {
+        Front { bridge }
+    }
+
+    /// Lists the caller's tools on the bridge.
+    async fn list(&self, ctx: &RequestContext<RoleServer>, client: Option<ClientInfo>) -> Result<Value, Failure> {
+        let params = ListParams { credential: credential(ctx), surface: Surface::Mcp, client };
+        Ok(self.bridge.call(methods::CAPABILITIES_LIST, object(params)).await?)
+    }
+
+    /// Asks the bridge whether the caller's credential is good; only a refusal is an error
+    /// (an unreachable bridge shows up on the first tool call instead).
+    async fn check_credential(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        client: Option<ClientInfo>,
+    ) -> Result<(), ErrorData> {
+        match self.list(ctx, client).await {
+            Err(Failure::Unauthenticated(message)) => Err(refuse(ctx, message)),
+            Err(Failure::Error { code, message }) => {
+                tracing::warn!(code, message, "the bridge did not answer the credential check");
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl ServerHandler for Front {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("agent-bridge", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(SUPPORTED_VERSIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let client =
+            ClientInfo { name: request.client_info.name.clone(), version: Some(request.client_info.version.clone()) };
+        self.check_credential(&context, Some(client)).await?;
+        self.negotiate_initialize(&request)
+    }
+
+    async fn discover(&self, context: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
+        self.check_credential(&context, client_info(&context)).await?;
+        Ok(DiscoverResult::from_server_info(SUPPORTED_VERSIONS.to_vec(), self.get_info()))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let listed = match self.list(&context, client_info(&context)).await {
+            Ok(v) => v,
+            Err(Failure::Unauthenticated(message)) => return Err(refuse(&context, message)),
+            Err(Failure::UnknownTool(message)) => {
+                return Err(ErrorData::internal_error(message, None));
+            }
+            Err(Failure::Error { code, message }) => {
+                return Err(ErrorData::internal_error(format!("{code}: {message}"), None));
+            }
+        };
+        let tools = listed["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let tools = tools.iter().filter_map(to_mcp_tool).collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let params = CallParams {
+            credential: credential(&context),
+            surface: Surface::Mcp,
+            client: client_info(&context),
+            name: request.name.to_string(),
+            arguments: request.arguments.unwrap_or_default(),
+        };
+        let result = self.bridge.call(methods::CAPABILITIES_CALL, object(params)).await.map_err(Failure::from);
+        match result {
+            Ok(Value::Object(result)) => Ok(CallToolResult::structured(Value::Object(result)).into()),
+            Ok(other) => Ok(CallToolResult::structured(json!({ "result": other })).into()),
+            Err(Failure::Unauthenticated(message)) => Err(refuse(&context, message)),
+            Err(Failure::UnknownTool(message)) => Err(ErrorData::invalid_params(message, None)),
+            Err(Failure::Error { code, message }) => Ok(tool_error(&code, &message).into()),
+        }
+    }
+}
+
+/// The tool result of a failed call: `isError`, `structuredContent.error {code, message}` and
+/// the text `CODE: message`.
+pub fn tool_error(code: &str, message: &str) -> CallToolResult {
+    let mut result = CallToolResult::structured_error(json!({ "error": { "code": code, "message": message } }));
+    result.content = vec![rmcp::model::ContentBlock::text(format!("{code}: {message}"))];
+    result
+}
+
+/// One bridge tool as an MCP tool: name, description, input schema and annotations. A tool
+/// the bridge describes badly is left out rather than failing the whole list.
+fn to_mcp_tool(tool: &Value) -> Option<Tool> {
+    let mcp = json!({
+        "name": tool["name"],
+        "description": tool["description"],
+        "inputSchema": tool["input_schema"],
+        "annotations": tool["annotations"],
+    });
+    match serde_json::from_value(mcp) {
+        Ok(tool) => Some(tool),
+        Err(e) => {
+            tracing::warn!(name = %tool["name"], cause = %e, "the bridge described a tool MCP cannot carry; left out");
+            None
+        }
+    }
+}
+
+/// The caller's `Authorization` header, exactly as received.
+fn credential(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    let parts = ctx.extensions.get::<http::request::Parts>()?;
+    let value = parts.headers.get(http::header::AUTHORIZATION)?;
+    Some(String::from_utf8_lossy(value.as_bytes()).into_owned())
+}
+
+/// The client's self-description from the request's `_meta` (modern requests carry it).
+fn client_info(ctx: &RequestContext<RoleServer>) -> Option<ClientInfo> {
+    ctx.meta.client_info().map(|i| ClientInfo { name: i.name, version: Some(i.version) })
+}
+
+/// Records a refused credential for the guard (which answers 401) and returns the error
+/// rmcp would otherwise send.
+fn refuse(ctx: &RequestContext<RoleServer>, message: String) -> ErrorData {
+    if let Some(outcome) = ctx.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<AuthOutcome>())
+    {
+        outcome.refuse(message.clone());
+    }
+    ErrorData::invalid_request(format!("UNAUTHENTICATED: {message}"), None)
+}
+
+fn object(params: impl serde::Serialize) -> Map<String, Value> {
+    match serde_json::to_value(params) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}

