@@ -14,6 +14,7 @@ use tempfile::TempDir;
 use bridge_proto::client::{CallError, Client};
 use bridge_proto::methods::{self, CallParams, ListParams, Surface};
 
+pub mod browser;
 pub mod front;
 pub mod model;
 pub mod real;
@@ -129,6 +130,8 @@ pub fn base_env(root: &Path) -> String {
         format!("SERVERFS_AGENT_LOCK_HOST_DIR={}", root.join("locks").display()),
         format!("SERVERFS_AGENT_BRIDGE_STATE_DIR={}", root.join("state").display()),
         "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true".to_owned(),
+        // Every test bridge serves its board on a free port of its own.
+        "SERVERFS_BOARD_ADDR=127.0.0.1:0".to_owned(),
         "WORKDIR_01_ALIAS=repo".to_owned(),
         format!("WORKDIR_01_PATH={}", root.join("repo").display()),
         "WORKDIR_01_DESCRIPTION=A writable test repository".to_owned(),

@@ -82,11 +82,19 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         home,
     );
     tasks.reconcile_at_startup().await.context("startup reconciliation failed")?;
+    // After the tasks: every task a previous bridge left is interrupted by now, so a plan
+    // whose step was in flight ends with it and no step is ever run twice.
+    let plans =
+        crate::plans::PlanService::new(Arc::clone(&store), tasks.clone(), clock.clone(), shutdown.child_token());
     let audit_stop = CancellationToken::new();
     let audit = AuditSink::start(Arc::clone(&store), &background, audit_stop.clone());
     let auth = Auth::new(config.mcp_auth.clone(), keys, uid);
+    let board_addr = Arc::new(std::sync::OnceLock::new());
     let registry = Arc::new(Registry::new(Services {
         tasks: tasks.clone(),
+        plans: plans.clone(),
+        board_sessions: crate::board::session::Sessions::default(),
+        board_addr: Arc::clone(&board_addr),
         store: Arc::clone(&store),
         config: Arc::clone(&config),
         auth,
@@ -105,6 +113,20 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
             "tunnel mode: every MCP caller is one principal, unauthenticated"
         );
     }
+    plans.start().await.map_err(|e| anyhow::anyhow!("{e}")).context("cannot resume the approved plans")?;
+    // The board is a convenience: a bridge whose board address is taken still serves its socket.
+    let board = match tokio::net::TcpListener::bind(config.board_addr).await.and_then(|l| Ok((l.local_addr()?, l))) {
+        Ok((addr, listener)) => {
+            let _ = board_addr.set(addr);
+            tracing::info!(url = %format!("http://{addr}/"), "the board is listening");
+            let board = crate::board::Board::new(Arc::clone(&registry), addr, shutdown.child_token());
+            Some(tokio::spawn(crate::board::serve(listener, board)))
+        }
+        Err(e) => {
+            tracing::error!(addr = %config.board_addr, cause = %e, "cannot listen for the board; running without it");
+            None
+        }
+    };
     tracing::info!(socket = %config.socket_path.display(), workdirs = config.workdirs.len(), "agent-bridge is ready");
 
     let reaper = shutdown.clone();
@@ -138,9 +160,16 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     });
     let server = tokio::spawn(server::serve(listener, registry, policy, shutdown.clone(), config.socket_path.clone()));
     shutdown.cancelled().await;
-    // Tasks stop while the server drains its open connections: a slow client never delays
-    // the providers' stop.
+    // Plan runners stop first (a step in flight is interrupted with its task, and the plan
+    // with it at the next start), then tasks stop while the server drains its open
+    // connections: a slow client never delays the providers' stop.
+    plans.shutdown(Duration::from_secs(5)).await;
     tasks.shutdown(Duration::from_secs(25)).await;
+    if let Some(board) = board
+        && let Err(e) = board.await
+    {
+        tracing::error!(cause = %e, "the board failed");
+    }
     if let Err(e) = server.await {
         tracing::error!(cause = %e, "the socket server failed");
     }

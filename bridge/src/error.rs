@@ -84,6 +84,16 @@ pub mod code {
     pub const KEY_NAME_TAKEN: &str = "KEY_NAME_TAKEN";
     /// No such API key.
     pub const KEY_NOT_FOUND: &str = "KEY_NOT_FOUND";
+    /// Unknown plan, or one the caller does not own.
+    pub const AGENT_PLAN_NOT_FOUND: &str = "AGENT_PLAN_NOT_FOUND";
+    /// The plan no longer awaits approval (approve or reject came too late or twice).
+    pub const PLAN_NOT_PENDING: &str = "PLAN_NOT_PENDING";
+    /// Only a person at the bridge's machine (local CLI, board) approves or rejects a plan.
+    pub const PLAN_APPROVAL_NOT_ALLOWED: &str = "PLAN_APPROVAL_NOT_ALLOWED";
+    /// A plan's step was cancelled (the plan stopped with it).
+    pub const AGENT_PLAN_STEP_CANCELLED: &str = "AGENT_PLAN_STEP_CANCELLED";
+    /// A plan's step failed without an error code of its own.
+    pub const AGENT_PLAN_STEP_FAILED: &str = "AGENT_PLAN_STEP_FAILED";
 }
 
 /// A capability's failure.
@@ -149,6 +159,10 @@ impl From<StoreError> for ToolError {
                     code::INVALID_QUESTION_ANSWER
                 };
                 ToolError::new(c, format!("request is a {actual}, not a {expected}"))
+            }
+            StoreError::PlanNotFound => ToolError::new(code::AGENT_PLAN_NOT_FOUND, "no such plan"),
+            StoreError::InvalidPlanTransition { from, to } => {
+                ToolError::new(code::PLAN_NOT_PENDING, format!("a {from} plan cannot become {to}"))
             }
             StoreError::KeyNameTaken(name) => {
                 ToolError::new(code::KEY_NAME_TAKEN, format!("an API key named {name:?} already exists"))

@@ -25,6 +25,21 @@ pub fn task_id() -> String {
     format!("agt_{}", hex(&random_bytes::<16>()))
 }
 
+/// A new plan id: `pln_` and 32 hex digits.
+pub fn plan_id() -> String {
+    format!("pln_{}", hex(&random_bytes::<16>()))
+}
+
+/// A new board token id (public, names the token): `btk_` and 12 hex digits.
+pub fn board_token_id() -> String {
+    format!("btk_{}", hex(&random_bytes::<6>()))
+}
+
+/// A new board login token: `abb_` and 64 hex digits (32 random bytes).
+pub fn board_token_secret() -> String {
+    format!("abb_{}", hex(&random_bytes::<32>()))
+}
+
 /// A new interaction (approval or question) id: `req_` and 24 hex digits.
 pub fn request_id() -> String {
     format!("req_{}", hex(&random_bytes::<12>()))

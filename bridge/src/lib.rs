@@ -1,5 +1,6 @@
 //! agent-bridge: the daemon that owns tasks, policy, audit and provider processes.
 
+pub mod board;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -9,6 +10,7 @@ pub mod files;
 pub mod ids;
 pub mod lease;
 pub mod model;
+pub mod plans;
 pub mod provider;
 pub mod registry;
 pub mod server;

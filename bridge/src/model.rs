@@ -1,4 +1,4 @@
-//! Domain vocabulary shared by the store and the services: task states, profiles,
+//! Domain vocabulary shared by the store and the services: task and plan states, profiles,
 //! interaction kinds and principals, with their wire names.
 
 use crate::config::Role;
@@ -86,6 +86,94 @@ impl TaskStatus {
     }
 }
 
+/// A plan's state (DESIGN §7, plus `waiting` and `interrupted`). Terminal states are final.
+///
+/// `pending_approval → approved → running ⇄ waiting → succeeded | failed | cancelled |
+/// interrupted`, and `pending_approval → rejected | cancelled`. `waiting` means the next step
+/// could not start yet (its workdir is busy or closed for recovery, or the active-task cap is
+/// reached) and is retried when a writer lets go; `interrupted` means a step was in flight
+/// when the bridge stopped, and the plan is never resumed past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanStatus {
+    /// Filed; nothing runs until a human approves it.
+    PendingApproval,
+    /// Approved; its first step has not started yet.
+    Approved,
+    /// A step runs (or the next one is being started).
+    Running,
+    /// The next step waits for its workdir (or for room under the active-task cap).
+    Waiting,
+    /// Every step succeeded.
+    Succeeded,
+    /// A step failed or could not be started.
+    Failed,
+    /// Cancelled by its owner or an operator (or a step was cancelled).
+    Cancelled,
+    /// A human refused it; it keeps the reason.
+    Rejected,
+    /// A step was interrupted (deadline, shutdown, restart); the plan does not go on.
+    Interrupted,
+}
+
+impl PlanStatus {
+    /// Every state, in lifecycle order.
+    pub const ALL: [PlanStatus; 9] = [
+        PlanStatus::PendingApproval,
+        PlanStatus::Approved,
+        PlanStatus::Running,
+        PlanStatus::Waiting,
+        PlanStatus::Succeeded,
+        PlanStatus::Failed,
+        PlanStatus::Cancelled,
+        PlanStatus::Rejected,
+        PlanStatus::Interrupted,
+    ];
+
+    /// The state's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanStatus::PendingApproval => "pending_approval",
+            PlanStatus::Approved => "approved",
+            PlanStatus::Running => "running",
+            PlanStatus::Waiting => "waiting",
+            PlanStatus::Succeeded => "succeeded",
+            PlanStatus::Failed => "failed",
+            PlanStatus::Cancelled => "cancelled",
+            PlanStatus::Rejected => "rejected",
+            PlanStatus::Interrupted => "interrupted",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<PlanStatus> {
+        PlanStatus::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// Whether no transition leaves this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            PlanStatus::Succeeded
+                | PlanStatus::Failed
+                | PlanStatus::Cancelled
+                | PlanStatus::Rejected
+                | PlanStatus::Interrupted
+        )
+    }
+
+    /// The plan transition matrix.
+    pub fn can_become(self, to: PlanStatus) -> bool {
+        use PlanStatus::*;
+        match self {
+            PendingApproval => matches!(to, Approved | Rejected | Cancelled),
+            Approved => matches!(to, Running | Waiting | Failed | Cancelled | Interrupted),
+            Running => matches!(to, Waiting | Succeeded | Failed | Cancelled | Interrupted),
+            Waiting => matches!(to, Running | Failed | Cancelled | Interrupted),
+            Succeeded | Failed | Cancelled | Rejected | Interrupted => false,
+        }
+    }
+}
+
 /// What a task may do in its workdir.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Profile {
@@ -169,6 +257,18 @@ impl Principal {
         Principal { name: "operator@local".into(), role: Role::Admin, workdirs: None, key_id: None }
     }
 
+    /// The board's operator: the person logged in to the web board with a board token.
+    pub fn board_operator() -> Principal {
+        Principal { name: "operator@board".into(), role: Role::Admin, workdirs: None, key_id: None }
+    }
+
+    /// Whether this is a person at the bridge's own machine (the local CLI's uid or a board
+    /// session) rather than a key holder: only they approve plans, and their plans need no
+    /// approval. The surface must be checked too: a tunnel principal may carry either name.
+    pub fn is_local_human(&self) -> bool {
+        self.key_id.is_none() && (self.name == "operator@local" || self.name == "operator@board")
+    }
+
     /// Whether this principal sees every principal's tasks.
     pub fn sees_everything(&self) -> bool {
         self.role == Role::Admin
@@ -194,5 +294,18 @@ mod tests {
         }
         assert!(!TaskStatus::WaitingForApproval.can_become(TaskStatus::Failed));
         assert!(TaskStatus::Running.can_become(TaskStatus::WaitingForQuestion));
+    }
+
+    #[test]
+    fn plan_states_are_final_and_approval_comes_first() {
+        for from in PlanStatus::ALL {
+            assert_eq!(PlanStatus::parse(from.as_str()), Some(from));
+            if from.is_terminal() {
+                assert!(PlanStatus::ALL.iter().all(|to| !from.can_become(*to)));
+            }
+        }
+        assert!(!PlanStatus::PendingApproval.can_become(PlanStatus::Running), "nothing runs unapproved");
+        assert!(!PlanStatus::PendingApproval.can_become(PlanStatus::Waiting));
+        assert!(PlanStatus::Waiting.can_become(PlanStatus::Running));
     }
 }

@@ -1,6 +1,7 @@
 //! The end-to-end suite: each module starts real `agent-bridge` processes on temporary
 //! sockets and drives them through the socket protocol and the CLI.
 
+mod board;
 mod claude;
 mod codex;
 mod conformance;
@@ -12,6 +13,7 @@ mod idempotency;
 mod idle;
 mod lifecycle;
 mod orphans;
+mod plans;
 mod policy;
 mod protocol;
 mod restart;

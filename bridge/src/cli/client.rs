@@ -170,6 +170,10 @@ pub enum Action {
     Keys(KeysCommand),
     /// Task commands.
     Tasks(TasksCommand),
+    /// Plans.
+    Plans(super::plans::PlansCommand),
+    /// The board's login tokens.
+    Board(super::plans::BoardCommand),
     /// Liveness.
     Health,
 }
@@ -227,8 +231,10 @@ fn socket_path(target: &Target) -> Result<PathBuf, String> {
     crate::config::default_socket_path().map_err(|r| r.to_string())
 }
 
-enum Failure {
+pub(super) enum Failure {
+    /// Bad usage.
     Usage(String),
+    /// A refused or failed call.
     Call(CallError),
 }
 
@@ -238,7 +244,7 @@ impl From<CallError> for Failure {
     }
 }
 
-async fn call(client: &Client, name: &str, arguments: Value) -> Result<Value, Failure> {
+pub(super) async fn call(client: &Client, name: &str, arguments: Value) -> Result<Value, Failure> {
     let Value::Object(arguments) = arguments else { return Err(Failure::Usage("arguments must be an object".into())) };
     let params = CallParams { credential: None, surface: Surface::Cli, client: None, name: name.to_owned(), arguments };
     let Value::Object(params) = serde_json::to_value(params).unwrap_or_default() else {
@@ -247,7 +253,7 @@ async fn call(client: &Client, name: &str, arguments: Value) -> Result<Value, Fa
     Ok(client.call(methods::CAPABILITIES_CALL, params).await?)
 }
 
-fn show(json_mode: bool, value: &Value, text: impl FnOnce(&Value) -> String) {
+pub(super) fn show(json_mode: bool, value: &Value, text: impl FnOnce(&Value) -> String) {
     if json_mode {
         output::line(&serde_json::to_string_pretty(value).unwrap_or_default());
     } else {
@@ -255,7 +261,7 @@ fn show(json_mode: bool, value: &Value, text: impl FnOnce(&Value) -> String) {
     }
 }
 
-fn s(v: &Value) -> String {
+pub(super) fn s(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
@@ -305,6 +311,8 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
             show(json_mode, &v, |v| format!("revoked {} ({})", s(&v["name"]), s(&v["key_id"])));
         }
         Action::Tasks(command) => tasks(client, command, json_mode).await?,
+        Action::Plans(command) => super::plans::plans(client, command, json_mode).await?,
+        Action::Board(command) => super::plans::board(client, command, json_mode).await?,
         Action::Guards(GuardsCommand::List) => {
             let v = call(client, "admin_workdir_status", json!({})).await?;
             show(json_mode, &v, |v| {

@@ -1,6 +1,7 @@
 //! The command line: the daemon (`serve`), configuration (`config render|check`), the
-//! operator's client commands over the socket (`keys …`, `tasks …`, `health`), and the fake
-//! runtime's hidden child entry point. Exit codes are mapped here, in one place.
+//! operator's client commands over the socket (`keys …`, `tasks …`, `plans …`, `board …`,
+//! `guards …`, `health`), and the fake runtime's hidden child entry point. Exit codes are
+//! mapped here, in one place.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 mod client;
 mod doctor;
 mod output;
+mod plans;
 
 /// Exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +88,20 @@ enum Command {
     Tasks {
         #[command(subcommand)]
         command: client::TasksCommand,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Plans: list and show them, approve or reject those awaiting a human, file one.
+    Plans {
+        #[command(subcommand)]
+        command: plans::PlansCommand,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The web board: print a login token, or revoke them all.
+    Board {
+        #[command(subcommand)]
+        command: plans::BoardCommand,
         #[command(flatten)]
         target: Target,
     },
@@ -175,6 +191,8 @@ pub fn main() -> ExitCode {
         Command::Serve(source) => serve(source),
         Command::Keys { command, target } => client::run(target, client::Action::Keys(command)),
         Command::Tasks { command, target } => client::run(target, client::Action::Tasks(command)),
+        Command::Plans { command, target } => client::run(target, client::Action::Plans(command)),
+        Command::Board { command, target } => client::run(target, client::Action::Board(command)),
         Command::Health { target } => client::run(target, client::Action::Health),
         Command::Guards { command, target } => client::run(target, client::Action::Guards(command)),
         Command::Doctor { target } => {

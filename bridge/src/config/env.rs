@@ -105,11 +105,13 @@ pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Ref
     let other = read_other_settings(&mut reader);
     let refusals = std::mem::take(&mut reader.refusals);
     let (config, other) = refusals.into_result((config, other))?;
-    let (Some(config), Some(other)) = (config, other) else {
+    let (Some(mut config), Some(other)) = (config, other) else {
         // Every `None` above comes with a refusal, so this is only reached by a bug.
         let message = "the configuration is incomplete although no refusal was recorded";
         return Err(Refusals::single(None, message));
     };
+    // The bridge serves the board itself: the address is read once, with the other settings.
+    config.board_addr = other.board_addr;
     check_rules(&config)?;
     Ok(EnvReport { config, other, ignored, own_uid: context.uid, own_gid: context.gid })
 }
@@ -148,6 +150,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         codex,
         claude,
         workdirs,
+        board_addr: super::default_board_addr(),
     })
 }
 
@@ -206,12 +209,19 @@ fn is_valid_principal(text: &str) -> bool {
         && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'@' | b'.' | b'_' | b'-'))
 }
 
+/// Why a board address must be a loopback one.
+const BOARD_LOOPBACK_ONLY: &str =
+    "the board serves only on 127.0.0.0/8 or ::1 (reach it from elsewhere through an SSH tunnel)";
+
 /// Reads the settings of `mcp-front` and the board, which [`BridgeConfig`] does not hold.
 fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
     let bridge_socket = reader.path("SERVERFS_AGENT_BRIDGE_SOCKET");
     let bridge_timeout = reader.positive("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", MAX_SECONDS);
     let mcp_listen = reader.socket_addr("SERVERFS_MCP_LISTEN");
     let board_addr = reader.socket_addr("SERVERFS_BOARD_ADDR");
+    if let Some(addr) = board_addr.filter(|a| !a.ip().is_loopback()) {
+        reader.refuse("SERVERFS_BOARD_ADDR", format!("{addr} is not a loopback address: {BOARD_LOOPBACK_ONLY}"));
+    }
     let allowed_hosts = reader.list("SERVERFS_MCP_ALLOWED_HOSTS");
     for host in &allowed_hosts {
         if host.contains(char::is_whitespace) || host.contains('/') {
@@ -284,6 +294,12 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
     if !is_valid_principal(&config.mcp_auth.tunnel_principal) {
         refusals
             .push(Some("mcp_auth.tunnel_principal"), "is not a principal name (1 to 64 letters, digits, @, ., _ or -)");
+    }
+    if !config.board_addr.ip().is_loopback() {
+        refusals.push(
+            Some("board_addr"),
+            format!("{} is not a loopback address: {BOARD_LOOPBACK_ONLY}", config.board_addr),
+        );
     }
     workdirs::check_workdir_rules(config, &mut refusals);
     refusals.into_result(())

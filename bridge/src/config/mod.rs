@@ -46,6 +46,16 @@ pub struct BridgeConfig {
     pub claude: RuntimeBinary,
     /// The configured work directories, in slot order.
     pub workdirs: Vec<Workdir>,
+    /// Where the operator board listens (`SERVERFS_BOARD_ADDR`, 127.0.0.1:7878); loopback
+    /// only. Port 0 picks a free port (the tests do); `agent-bridge board token` prints the
+    /// address actually bound. Configs rendered before the board existed load with the default.
+    #[serde(default = "default_board_addr")]
+    pub board_addr: std::net::SocketAddr,
+}
+
+/// The board's default address.
+pub fn default_board_addr() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 7878))
 }
 
 /// Lifecycle limits (seed 001 §4) and the result spool threshold.

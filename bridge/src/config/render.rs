@@ -175,6 +175,7 @@ mod tests {
                 agent_mode: AgentMode::WorkspaceWrite,
                 runtimes: vec![RuntimeName::Fake],
             }],
+            board_addr: crate::config::default_board_addr(),
         }
     }
 
@@ -216,6 +217,21 @@ mod tests {
         // Rendering the same config again yields the same bytes.
         write_private_json(&config, &output)?;
         assert_eq!(std::fs::read_to_string(&output)?, text);
+        Ok(())
+    }
+
+    /// A config rendered before the board existed has no `board_addr`: it loads with the
+    /// default address.
+    #[test]
+    fn a_config_rendered_before_the_board_loads_with_its_default() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let mut value = serde_json::to_value(sample(dir.path()))?;
+        value.as_object_mut().ok_or("an object")?.remove("board_addr");
+        let output = dir.path().join("old.json");
+        std::fs::write(&output, value.to_string())?;
+        let loaded = crate::config::load_json(&output)?;
+        assert_eq!(loaded.board_addr, crate::config::default_board_addr());
+        assert_eq!(loaded, sample(dir.path()));
         Ok(())
     }
 

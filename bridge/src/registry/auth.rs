@@ -3,7 +3,9 @@
 //! API keys are compared by their SHA-256 against every active key, in constant time and
 //! without an early exit, so timing tells nothing about which key (if any) almost matched.
 //! The local operator is the bridge's own uid on the CLI surface; the MCP surface never gets
-//! that right, whoever the peer is, because the front usually runs as the same user.
+//! that right, whoever the peer is, because the front usually runs as the same user. The
+//! board surface is the board inside this process: it authenticates with a random credential
+//! that never leaves the process, so no socket client can claim the board surface.
 
 use std::sync::{Arc, RwLock};
 
@@ -76,11 +78,19 @@ impl KeyCache {
 }
 
 /// Resolves principals.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Auth {
     mcp: McpAuth,
     keys: KeyCache,
     own_uid: u32,
+    /// The board's in-process credential (random per bridge process).
+    board: Arc<str>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth").field("mcp", &self.mcp).field("own_uid", &self.own_uid).finish_non_exhaustive()
+    }
 }
 
 /// The SHA-256 of a key secret, as stored.
@@ -91,7 +101,13 @@ pub fn hash_secret(secret: &str) -> [u8; 32] {
 impl Auth {
     /// An authenticator with the MCP auth settings, the key cache and the bridge's own uid.
     pub fn new(mcp: McpAuth, keys: KeyCache, own_uid: u32) -> Auth {
-        Auth { mcp, keys, own_uid }
+        let board = format!("board {}", crate::ids::hex(&crate::ids::random_bytes::<32>()));
+        Auth { mcp, keys, own_uid, board: board.into() }
+    }
+
+    /// The credential the in-process board calls the registry with (never sent anywhere).
+    pub fn board_credential(&self) -> &str {
+        &self.board
     }
 
     /// The key cache.
@@ -103,6 +119,14 @@ impl Auth {
     pub fn resolve(&self, credential: Option<&str>, surface: Surface, peer: Peer) -> Result<Principal, ToolError> {
         let credential = credential.map(str::trim).filter(|c| !c.is_empty());
         match surface {
+            Surface::Board => {
+                let presented = credential.unwrap_or("").as_bytes();
+                return if bool::from(presented.ct_eq(self.board.as_bytes())) {
+                    Ok(Principal::board_operator())
+                } else {
+                    Err(ToolError::new(code::UNAUTHENTICATED, "the board surface is the board's own"))
+                };
+            }
             Surface::Cli if credential.is_none() && peer.uid == self.own_uid => return Ok(Principal::local_operator()),
             Surface::Mcp if self.mcp.mode == McpAuthMode::None => {
                 return Ok(Principal {

@@ -23,6 +23,7 @@ use bridge_proto::methods::{CallParams, ListParams, Surface};
 pub mod args;
 pub mod audit;
 pub mod auth;
+mod plan_tools;
 pub mod policy;
 mod tools;
 
@@ -33,6 +34,12 @@ use policy::{Annotations, Scope};
 pub struct Services {
     /// Tasks.
     pub tasks: TaskService,
+    /// Plans.
+    pub plans: crate::plans::PlanService,
+    /// The board's sessions (revoking the board's tokens ends them).
+    pub board_sessions: crate::board::session::Sessions,
+    /// The address the board actually listens on, once it does.
+    pub board_addr: Arc<std::sync::OnceLock<std::net::SocketAddr>>,
     /// The store (keys, audit reads).
     pub store: Arc<Store>,
     /// The configuration.
@@ -131,7 +138,9 @@ pub struct Registry {
 impl Registry {
     /// The registry with every capability of this build.
     pub fn new(services: Services) -> Registry {
-        Registry { capabilities: tools::all(), services: Arc::new(services) }
+        let mut capabilities = tools::all();
+        capabilities.extend(plan_tools::all());
+        Registry { capabilities, services: Arc::new(services) }
     }
 
     /// The services.
@@ -175,7 +184,12 @@ impl Registry {
                 .and_then(Value::as_str)
                 .filter(|id| crate::ids::looks_like(id, "agt_"))
                 .map(str::to_owned),
-            plan_id: None,
+            plan_id: params
+                .arguments
+                .get("plan_id")
+                .and_then(Value::as_str)
+                .filter(|id| crate::ids::looks_like(id, "pln_"))
+                .map(str::to_owned),
             client_name,
         };
         let outcome = self.call_inner(params, peer, &mut row).await;
@@ -185,6 +199,9 @@ impl Registry {
                 row.outcome = "ok".into();
                 if let Some(id) = value.get("task_id").and_then(Value::as_str) {
                     row.task_id = Some(id.to_owned());
+                }
+                if let Some(id) = value.get("plan_id").and_then(Value::as_str) {
+                    row.plan_id = Some(id.to_owned());
                 }
                 key_id.clone()
             }

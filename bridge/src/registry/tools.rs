@@ -23,7 +23,7 @@ struct NoArgs {}
 /// A runtime name.
 #[derive(Deserialize, JsonSchema, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
-enum RuntimeArg {
+pub(super) enum RuntimeArg {
     Codex,
     Claude,
     Fake,
@@ -41,12 +41,21 @@ impl From<RuntimeArg> for RuntimeName {
 
 /// A task profile.
 #[derive(Deserialize, JsonSchema, Clone, Copy, Default)]
-enum ProfileArg {
+pub(super) enum ProfileArg {
     #[serde(rename = "review")]
     Review,
     #[default]
     #[serde(rename = "workspace-write")]
     WorkspaceWrite,
+}
+
+impl From<ProfileArg> for Profile {
+    fn from(p: ProfileArg) -> Profile {
+        match p {
+            ProfileArg::Review => Profile::Review,
+            ProfileArg::WorkspaceWrite => Profile::WorkspaceWrite,
+        }
+    }
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -418,10 +427,7 @@ pub(super) fn all() -> Vec<Capability> {
                     workdir: a.workdir,
                     prompt: a.prompt,
                     path: a.path,
-                    profile: match a.profile {
-                        ProfileArg::Review => Profile::Review,
-                        ProfileArg::WorkspaceWrite => Profile::WorkspaceWrite,
-                    },
+                    profile: a.profile.into(),
                     model: a.model,
                     continue_from_task_id: a.continue_from_task_id,
                     correlation_id: a.correlation_id,
@@ -636,6 +642,7 @@ pub(super) fn all() -> Vec<Capability> {
                     return Err(ToolError::invalid("name", "may use letters, digits and @ . _ - only"));
                 }
                 if name == crate::model::Principal::local_operator().name
+                    || name == crate::model::Principal::board_operator().name
                     || name == ctx.services.config.mcp_auth.tunnel_principal
                 {
                     return Err(ToolError::invalid("name", "is reserved"));

@@ -17,10 +17,12 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 pub mod audit;
+pub mod board;
 pub mod events;
 pub mod guards;
 pub mod interactions;
 pub mod keys;
+pub mod plans;
 mod schema;
 pub mod tasks;
 
@@ -85,6 +87,27 @@ pub enum StoreError {
         /// What the call expected.
         expected: &'static str,
         /// What the request is.
+        actual: String,
+    },
+    /// No plan with that id.
+    #[error("plan not found")]
+    PlanNotFound,
+    /// The plan transition is not allowed from the plan's current state.
+    #[error("a {from} plan cannot become {to}")]
+    InvalidPlanTransition {
+        /// Current state.
+        from: &'static str,
+        /// Requested state.
+        to: &'static str,
+    },
+    /// The plan step is not in the state the runner expected.
+    #[error("step {position} of the plan is {actual}, not {expected}")]
+    StepState {
+        /// The step.
+        position: i64,
+        /// What the runner expected.
+        expected: &'static str,
+        /// What the step is.
         actual: String,
     },
     /// An API key name is already used.

@@ -117,8 +117,74 @@ ALTER TABLE recovery_guards ADD COLUMN proof_json TEXT;
 ALTER TABLE audit_log ADD COLUMN plan_id TEXT;
 "#;
 
+/// Migration 4 (seed 002 §3): human-approved plans and the board's login tokens.
+///
+/// Purely additive: three new tables and their indexes; no existing row changes. The seed's
+/// backfill (every plan that existed before the approval gate counts as approved) has nothing
+/// to touch here, because no plan existed before this migration; its rule lives on in the
+/// service: a plan the local operator files is approved at creation. Tasks from before keep
+/// belonging to no plan.
+///
+/// `plans.created_by` is the provenance the board shows (`created by <principal>`), with the
+/// surface it came through; `principal` is the owner (the same name today, kept apart so
+/// ownership and provenance can never be confused). `approved_at` is NULL until a human
+/// approves. A step's `status` records the runner's intent before a task exists (`starting`),
+/// so a restart can tell a step that may have run from one that never did.
+const V4_PLANS: &str = r#"
+CREATE TABLE plans (
+    plan_id             TEXT PRIMARY KEY,
+    principal           TEXT NOT NULL,
+    created_by          TEXT NOT NULL,
+    created_surface     TEXT NOT NULL,
+    title               TEXT NOT NULL,
+    runtime             TEXT NOT NULL,
+    workdir_alias       TEXT NOT NULL,
+    relative_cwd        TEXT NOT NULL,
+    profile             TEXT NOT NULL,
+    status              TEXT NOT NULL,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL,
+    approved_at         INTEGER,
+    approved_by         TEXT,
+    rejected_at         INTEGER,
+    rejected_by         TEXT,
+    rejection_reason    TEXT,
+    completed_at        INTEGER,
+    wait_code           TEXT,
+    error_code          TEXT,
+    error_message       TEXT,
+    correlation_id      TEXT,
+    idempotency_key     TEXT,
+    request_fingerprint TEXT
+);
+CREATE UNIQUE INDEX plans_by_idempotency_key
+    ON plans(principal, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX plans_by_status ON plans(status, created_at);
+
+CREATE TABLE plan_steps (
+    plan_id      TEXT NOT NULL REFERENCES plans(plan_id) ON DELETE CASCADE,
+    position     INTEGER NOT NULL CHECK (position >= 1),
+    title        TEXT NOT NULL CHECK (length(trim(title)) > 0),
+    prompt       TEXT NOT NULL CHECK (length(trim(prompt)) > 0),
+    status       TEXT NOT NULL,
+    task_id      TEXT,
+    started_at   INTEGER,
+    completed_at INTEGER,
+    PRIMARY KEY (plan_id, position)
+);
+CREATE INDEX plan_steps_by_task ON plan_steps(task_id) WHERE task_id IS NOT NULL;
+
+CREATE TABLE board_tokens (
+    token_id     TEXT PRIMARY KEY,
+    token_sha256 BLOB NOT NULL UNIQUE,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    revoked_at   INTEGER
+);
+"#;
+
 /// Every migration, in order; `user_version` is the number applied.
-pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF];
+pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS];
 
 /// Applies the missing migrations in one exclusive transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

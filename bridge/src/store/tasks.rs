@@ -368,8 +368,8 @@ impl Store {
         })
     }
 
-    /// Deletes every terminal task completed before `cutoff` that no recovery guard names,
-    /// with its events and interactions; returns the deleted ids (their spool files are the
+    /// Deletes every terminal task completed before `cutoff` that no recovery guard and no
+    /// running plan names, with its events and interactions; returns the deleted ids (their spool files are the
     /// caller's to remove).
     pub fn delete_expired(&self, cutoff: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
         // Most passes find nothing: check on a reader first so they cost no write transaction.
@@ -381,9 +381,12 @@ impl Store {
             return Ok(Vec::new());
         }
         self.write(|tx| {
+            // A step of a plan that still runs stays: the next step continues its session.
             let mut stmt = tx.prepare(
                 "SELECT task_id, result_storage FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1 \
-                 AND task_id NOT IN (SELECT task_id FROM recovery_guards)",
+                 AND task_id NOT IN (SELECT task_id FROM recovery_guards) \
+                 AND task_id NOT IN (SELECT s.task_id FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id \
+                     WHERE s.task_id IS NOT NULL AND p.status IN ('approved','running','waiting'))",
             )?;
             let doomed = stmt
                 .query_map([cutoff], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?

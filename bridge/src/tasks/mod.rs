@@ -35,7 +35,7 @@ mod submit;
 mod views;
 pub mod watch;
 
-pub use submit::SubmitRequest;
+pub use submit::{SubmitRequest, resolve_cwd};
 
 /// Largest prompt, steering message and interaction payload, in UTF-8 bytes.
 pub const MAX_TEXT_BYTES: usize = 65_536;
@@ -134,6 +134,38 @@ impl TaskService {
     /// Number of tasks with a live runner.
     pub fn active_count(&self) -> usize {
         self.inner.active.lock().map(|a| a.len()).unwrap_or(0)
+    }
+
+    /// The pulse that beats on every change of any task: a state, a pending request, a lease
+    /// let go (plans waiting for a workdir and the board's live updates follow it).
+    pub fn pulse(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe_all()
+    }
+
+    /// Beats the pulse for a change outside tasks (a plan filed, approved, rejected, ended).
+    pub fn announce(&self) {
+        self.inner.changes.pulse();
+    }
+
+    /// Waits, without polling, until the task is terminal and returns it; `None` when `stop`
+    /// fires first or the task no longer exists. (A re-read every minute is the only timer,
+    /// a safety net for a change nobody announced.)
+    pub async fn wait_terminal(&self, task_id: &str, stop: &CancellationToken) -> Result<Option<TaskRow>, ToolError> {
+        let mut changes = self.inner.changes.subscribe(task_id);
+        loop {
+            let id = task_id.to_owned();
+            let Some(row) = self.inner.store.call(move |s| s.get_task(&id)).await? else { return Ok(None) };
+            if row.status.is_terminal() {
+                return Ok(Some(row));
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() {
+                    changes = self.inner.changes.subscribe(task_id);
+                },
+                _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+                _ = stop.cancelled() => return Ok(None),
+            }
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 
 use super::manifest::{self, ManifestInput, Submission};
 use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, paths, runner};
-use crate::config::{AgentMode, RuntimeName};
+use crate::config::{AgentMode, RuntimeName, Workdir};
 use crate::error::{ToolError, code};
 use crate::lease::LeaseError;
 use crate::model::{Principal, Profile};
@@ -91,35 +91,7 @@ impl TaskService {
         check_opaque("correlation_id", &req.correlation_id, 256)?;
         check_opaque("model", &req.model, 512)?;
 
-        let workdir = inner.workdir(principal, &req.workdir)?.clone();
-        if workdir.agent_mode == AgentMode::Disabled {
-            return Err(ToolError::new(
-                code::AGENT_DISABLED,
-                format!("agents are disabled on workdir {:?}", workdir.alias),
-            ));
-        }
-        if !workdir.runtimes.contains(&req.runtime) {
-            return Err(ToolError::new(
-                code::AGENT_RUNTIME_NOT_ALLOWED,
-                format!("runtime {} is not allowed on workdir {:?}", req.runtime.as_str(), workdir.alias),
-            ));
-        }
-        let mode_allows = match req.profile {
-            Profile::Review => true,
-            Profile::WorkspaceWrite => workdir.agent_mode == AgentMode::WorkspaceWrite && !workdir.read_only,
-        };
-        if !mode_allows {
-            return Err(ToolError::new(
-                code::AGENT_PROFILE_NOT_ALLOWED,
-                format!(
-                    "profile {} is not allowed on workdir {:?} (mode {})",
-                    req.profile.as_str(),
-                    workdir.alias,
-                    workdir.agent_mode.as_str()
-                ),
-            ));
-        }
-        let path = paths::normalize(&req.path)?;
+        let (workdir, path) = self.check_target(principal, &req.workdir, req.runtime, req.profile, &req.path)?;
         let submission = Submission {
             runtime: req.runtime.as_str(),
             workdir: &workdir.alias,
@@ -155,11 +127,7 @@ impl TaskService {
             Some(prior) => Some(self.check_continuation(principal, prior, &req).await?),
             None => None,
         };
-        let root = workdir.path.clone();
-        let rel = path.clone();
-        let cwd = tokio::task::spawn_blocking(move || paths::resolve(&root, &rel))
-            .await
-            .map_err(|e| ToolError::internal("path resolution failed", e))??;
+        let cwd = resolve_cwd(&workdir, &path).await?;
 
         inner.collect_garbage().await;
 
@@ -270,6 +238,50 @@ impl TaskService {
         Ok(handle(&row, false))
     }
 
+    /// The policy checks of a submission, creating nothing: the workdir exists and the
+    /// principal may use it, agents are enabled there, the runtime is allowed, the profile fits
+    /// the workdir's mode, and the relative path is well formed. Returns the workdir and the
+    /// normalized path. `submit_agent_plan` runs the same checks before it stores a plan.
+    pub fn check_target(
+        &self,
+        principal: &Principal,
+        alias: &str,
+        runtime: RuntimeName,
+        profile: Profile,
+        path: &str,
+    ) -> Result<(Workdir, String), ToolError> {
+        let workdir = self.inner.workdir(principal, alias)?.clone();
+        if workdir.agent_mode == AgentMode::Disabled {
+            return Err(ToolError::new(
+                code::AGENT_DISABLED,
+                format!("agents are disabled on workdir {:?}", workdir.alias),
+            ));
+        }
+        if !workdir.runtimes.contains(&runtime) {
+            return Err(ToolError::new(
+                code::AGENT_RUNTIME_NOT_ALLOWED,
+                format!("runtime {} is not allowed on workdir {:?}", runtime.as_str(), workdir.alias),
+            ));
+        }
+        let mode_allows = match profile {
+            Profile::Review => true,
+            Profile::WorkspaceWrite => workdir.agent_mode == AgentMode::WorkspaceWrite && !workdir.read_only,
+        };
+        if !mode_allows {
+            return Err(ToolError::new(
+                code::AGENT_PROFILE_NOT_ALLOWED,
+                format!(
+                    "profile {} is not allowed on workdir {:?} (mode {})",
+                    profile.as_str(),
+                    workdir.alias,
+                    workdir.agent_mode.as_str()
+                ),
+            ));
+        }
+        let path = paths::normalize(path)?;
+        Ok((workdir, path))
+    }
+
     /// Checks a continuation source and returns the native session to resume.
     async fn check_continuation(
         &self,
@@ -296,6 +308,14 @@ impl TaskService {
         }
         prior.native_session_id.ok_or_else(|| not_resumable("the task to continue has no session to resume"))
     }
+}
+
+/// Resolves a normalized relative path inside a workdir (it must exist), off the reactor.
+pub async fn resolve_cwd(workdir: &Workdir, path: &str) -> Result<std::path::PathBuf, ToolError> {
+    let (root, rel) = (workdir.path.clone(), path.to_owned());
+    tokio::task::spawn_blocking(move || paths::resolve(&root, &rel))
+        .await
+        .map_err(|e| ToolError::internal("path resolution failed", e))?
 }
 
 impl Inner {

@@ -95,7 +95,12 @@ impl TaskService {
             }
             None => None,
         };
-        Ok(task_view(row, pending.as_ref()))
+        let id = row.task_id.clone();
+        let plan = self.inner.store.call(move |s| s.plan_of_task(&id)).await?;
+        let mut view = task_view(row, pending.as_ref());
+        // A plan's step says so: its owner finds the plan from any of its tasks.
+        view["plan"] = plan.map_or(Value::Null, |(plan_id, step)| json!({ "plan_id": plan_id, "step": step }));
+        Ok(view)
     }
 
     /// `get_agent_task`; with `wait_seconds > 0` it returns as soon as the status or the

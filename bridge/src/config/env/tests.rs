@@ -183,6 +183,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
             home: Some(home.join(".codex-bridge")),
         },
         claude: RuntimeBinary { bin: Some(home.join(".local/bin/claude")), home: Some(PathBuf::from("/opt/claude")) },
+        board_addr: "[::1]:7000".parse()?,
         workdirs: vec![
             Workdir {
                 slot: 1,
@@ -479,6 +480,7 @@ fn keys_and_global_settings_are_checked() -> TestResult {
         ("SERVERFS_MCP_TUNNEL_PRINCIPAL=\"a b\"", "not a principal name"),
         ("SERVERFS_MCP_LISTEN=localhost:8765", "not an IP address and port"),
         ("SERVERFS_BOARD_ADDR=127.0.0.1", "not an IP address and port"),
+        ("SERVERFS_BOARD_ADDR=0.0.0.0:7878", "not a loopback address"),
         ("SERVERFS_MCP_ALLOWED_ORIGINS=chatgpt.com", "not an origin"),
         ("SERVERFS_MCP_ALLOWED_HOSTS=https://x.example", "not a host name"),
         ("SERVERFS_CODEX_BIN=codex", "not an absolute path"),

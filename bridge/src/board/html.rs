@@ -1,0 +1,198 @@
+//! A tiny escaping template helper: the [`html!`](crate::html) macro writes a literal format
+//! string as markup and escapes every argument, so page code never concatenates untrusted
+//! text by hand. Plus the page layout and the status badges every page shares.
+
+use std::fmt::{self, Display, Write as _};
+
+/// Displays its value with `& < > " '` escaped (text and attribute values alike).
+pub struct Esc<T>(pub T);
+
+impl<T: Display> Display for Esc<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Escaper<'a, 'b>(&'a mut fmt::Formatter<'b>);
+        impl fmt::Write for Escaper<'_, '_> {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                let mut last = 0;
+                for (i, c) in s.char_indices() {
+                    let rep = match c {
+                        '&' => "&amp;",
+                        '<' => "&lt;",
+                        '>' => "&gt;",
+                        '"' => "&quot;",
+                        '\'' => "&#39;",
+                        _ => continue,
+                    };
+                    self.0.write_str(&s[last..i])?;
+                    self.0.write_str(rep)?;
+                    last = i + c.len_utf8();
+                }
+                self.0.write_str(&s[last..])
+            }
+        }
+        write!(Escaper(f), "{}", self.0)
+    }
+}
+
+/// Appends markup to a `String`: the format string is trusted markup, every argument is
+/// escaped. Never use inline `{name}` captures in the format string (they would not be).
+#[macro_export]
+macro_rules! html {
+    ($out:expr, $fmt:literal $(, $arg:expr)* $(,)?) => {{
+        use std::fmt::Write as _;
+        let _ = write!($out, $fmt $(, $crate::board::html::Esc(&$arg))*);
+    }};
+}
+
+/// Which navigation entry a page belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nav {
+    /// Tasks (the home page).
+    Tasks,
+    /// Plans.
+    Plans,
+    /// Workdirs.
+    Workdirs,
+    /// Runtimes.
+    Runtimes,
+    /// The audit log.
+    Audit,
+    /// No entry (login, errors).
+    None,
+}
+
+/// What every page shows around its body.
+pub struct Frame<'a> {
+    /// The `<title>` and `<h1>`.
+    pub title: &'a str,
+    /// The active navigation entry.
+    pub nav: Nav,
+    /// The session's CSRF token (for the logout form); `None` when logged out.
+    pub csrf: Option<&'a str>,
+    /// Plans awaiting a human (shown in the navigation).
+    pub pending_plans: i64,
+    /// The change pulse the page was rendered at (the live-update script compares it).
+    pub pulse: u64,
+}
+
+/// Renders a whole page around `body` (already markup).
+pub fn page(frame: &Frame<'_>, body: &str) -> String {
+    let mut out = String::with_capacity(body.len() + 2048);
+    html!(
+        out,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · agent-bridge</title><link rel=\"stylesheet\" href=\"/static/board.css\"></head>\
+         <body data-pulse=\"{}\"><header class=\"top\"><a class=\"brand\" href=\"/\">agent-bridge</a>",
+        frame.title,
+        frame.pulse
+    );
+    if let Some(csrf) = frame.csrf {
+        out.push_str("<nav>");
+        for (nav, href, label) in [
+            (Nav::Tasks, "/", "Tasks"),
+            (Nav::Plans, "/plans", "Plans"),
+            (Nav::Workdirs, "/workdirs", "Workdirs"),
+            (Nav::Runtimes, "/runtimes", "Runtimes"),
+            (Nav::Audit, "/audit", "Audit log"),
+        ] {
+            let class = if nav == frame.nav { "active" } else { "" };
+            html!(out, "<a class=\"{}\" href=\"{}\">{}", class, href, label);
+            if nav == Nav::Plans && frame.pending_plans > 0 {
+                html!(out, " <span class=\"count\" title=\"awaiting approval\">{}</span>", frame.pending_plans);
+            }
+            out.push_str("</a>");
+        }
+        html!(
+            out,
+            "</nav><form class=\"logout\" method=\"post\" action=\"/logout\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\"><button class=\"link\">Log out</button></form>",
+            csrf
+        );
+    }
+    html!(out, "</header><main><h1>{}</h1>", frame.title);
+    out.push_str(body);
+    out.push_str(
+        "</main><div id=\"live-note\" class=\"live-note\" hidden>This page changed. \
+         <a href=\"\">Reload</a></div><script src=\"/static/board.js\" defer></script></body></html>",
+    );
+    out
+}
+
+/// The words and colour class of a task or plan state.
+pub fn state_label(status: &str) -> (&'static str, &'static str) {
+    match status {
+        "queued" => ("Queued", "idle"),
+        "starting" => ("Starting", "busy"),
+        "running" => ("Running", "busy"),
+        "waiting_for_approval" => ("Needs approval", "ask"),
+        "waiting_for_question" => ("Needs an answer", "ask"),
+        "pending_approval" => ("Awaiting approval", "ask"),
+        "approved" => ("Approved", "busy"),
+        "waiting" => ("Waiting for workdir", "idle"),
+        "succeeded" => ("Succeeded", "good"),
+        "failed" => ("Failed", "bad"),
+        "rejected" => ("Rejected", "bad"),
+        "cancelled" => ("Cancelled", "off"),
+        "interrupted" => ("Interrupted", "warn"),
+        "not_run" => ("Not run", "off"),
+        "pending" => ("Pending", "idle"),
+        _ => ("Unknown", "off"),
+    }
+}
+
+/// A state badge: a coloured pill with the state in words and its wire name for machines.
+pub fn badge(status: &str) -> String {
+    let (label, class) = state_label(status);
+    let mut out = String::new();
+    html!(out, "<span class=\"badge {}\" data-status=\"{}\">{}</span>", class, status, label);
+    out
+}
+
+/// An RFC 3339 instant shown compactly (`2026-12-02 10:56:20`), or a dash.
+pub fn when(value: &serde_json::Value) -> String {
+    match value.as_str() {
+        Some(t) if t.len() >= 19 => {
+            let mut out = String::new();
+            html!(out, "<time datetime=\"{}\">{} {}</time>", t, &t[..10], &t[11..19]);
+            out
+        }
+        _ => "—".to_owned(),
+    }
+}
+
+/// A JSON value as plain text (`—` for null).
+pub fn text(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::Null => "—".to_owned(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A hidden CSRF field.
+pub fn csrf_field(csrf: &str) -> String {
+    let mut out = String::new();
+    html!(out, "<input type=\"hidden\" name=\"csrf\" value=\"{}\">", csrf);
+    out
+}
+
+/// Writes `args` escaped; for callers outside the macro.
+pub fn escape(text: &str) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "{}", Esc(text));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_escaped_and_markup_is_not() {
+        let mut out = String::new();
+        html!(out, "<a title=\"{}\">{}</a>", "\"><script>", "<b>&'x'");
+        assert_eq!(out, "<a title=\"&quot;&gt;&lt;script&gt;\">&lt;b&gt;&amp;&#39;x&#39;</a>");
+        assert_eq!(escape("é & ü"), "é &amp; ü");
+        assert!(badge("<x>").contains("data-status=\"&lt;x&gt;\""));
+    }
+}

@@ -1,0 +1,262 @@
+//! The operator board (DESIGN §8): server-rendered pages on a loopback address, served by the
+//! bridge itself.
+//!
+//! Every page and every action is a registry call on surface `board`, as the principal
+//! `operator@board` (admin), so the board has exactly the rights, validation and audit trail
+//! of the other surfaces; it holds no business logic and no SQL. A person logs in with a
+//! board token (`agent-bridge board token`; only its hash is stored) and gets an HttpOnly,
+//! SameSite=Strict session cookie. Every request must name one of the board's own addresses
+//! in `Host` (no DNS rebinding); every POST must come from the board's own origin and carry
+//! the session's CSRF token. Every action works without JavaScript; a small script only
+//! reloads a page when something it shows has changed (a long poll on `/live`, which returns
+//! a change counter and nothing else).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ToolError;
+use crate::registry::Registry;
+use crate::registry::auth::Peer;
+use bridge_proto::methods::{CallParams, ClientInfo, Surface};
+
+mod actions;
+mod admin_pages;
+mod forms;
+pub mod html;
+mod login;
+mod pages;
+mod plan_pages;
+pub mod session;
+
+use html::{Frame, Nav};
+use session::{Session, Sessions};
+
+/// The session cookie's name.
+pub const COOKIE: &str = "ab_board";
+
+/// The board's shared state.
+#[derive(Clone)]
+pub struct Board {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Arc<Registry>,
+    sessions: Sessions,
+    /// The address actually bound (the `Host` values accepted derive from it).
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+/// A logged-in request.
+pub struct Authed {
+    /// The session.
+    pub session: Session,
+    /// The session id (the cookie value).
+    pub id: String,
+}
+
+impl Board {
+    /// The board over `registry`, answering on `addr`.
+    pub fn new(registry: Arc<Registry>, addr: SocketAddr, shutdown: CancellationToken) -> Board {
+        let sessions = registry.services().board_sessions.clone();
+        Board { inner: Arc::new(Inner { registry, sessions, addr, shutdown }) }
+    }
+
+    /// Calls a capability on surface `board` as the board's operator.
+    pub async fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        let Value::Object(arguments) = args else { return Err(ToolError::invalid("arguments", "must be an object")) };
+        let services = self.inner.registry.services();
+        let params = CallParams {
+            credential: Some(services.auth.board_credential().to_owned()),
+            surface: Surface::Board,
+            client: Some(ClientInfo { name: "board".into(), version: None }),
+            name: name.to_owned(),
+            arguments,
+        };
+        // The peer never matters on the board surface; this one matches no uid.
+        self.inner.registry.call(params, Peer { uid: u32::MAX, gid: u32::MAX }).await
+    }
+
+    fn now(&self) -> i64 {
+        self.inner.registry.services().clock.now_ms()
+    }
+
+    /// The session of a request, if it carries a live one.
+    pub fn session(&self, headers: &HeaderMap) -> Option<Authed> {
+        let id = cookie(headers, COOKIE)?;
+        let session = self.inner.sessions.get(&id, self.now())?;
+        Some(Authed { session, id })
+    }
+
+    /// The frame of a logged-in page (navigation counts, the change pulse).
+    pub async fn frame<'a>(&self, title: &'a str, nav: Nav, authed: &'a Authed) -> Frame<'a> {
+        let pulse = *self.inner.registry.services().tasks.pulse().borrow();
+        let pending_plans = self.inner.registry.services().plans.pending_count().await.unwrap_or(0);
+        Frame { title, nav, csrf: Some(&authed.session.csrf), pending_plans, pulse }
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        let port = self.inner.addr.port();
+        let mut allowed = vec![self.inner.addr.to_string(), format!("localhost:{port}")];
+        if self.inner.addr.is_ipv4() {
+            allowed.push(format!("127.0.0.1:{port}"));
+        } else {
+            allowed.push(format!("[::1]:{port}"));
+        }
+        allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
+    }
+}
+
+/// A cookie's value from the request headers.
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|kv| {
+        let (k, v) = kv.trim().split_once('=')?;
+        (k == name).then(|| v.to_owned())
+    })
+}
+
+/// Builds the router.
+pub fn router(board: Board) -> Router {
+    Router::new()
+        .route("/", get(pages::index))
+        .route("/tasks/{id}", get(pages::task))
+        .route("/plans", get(plan_pages::list))
+        .route("/plans/{id}", get(plan_pages::show))
+        .route("/workdirs", get(admin_pages::workdirs))
+        .route("/runtimes", get(admin_pages::runtimes))
+        .route("/audit", get(admin_pages::audit))
+        .route("/login", get(login::form).post(login::submit))
+        .route("/logout", post(login::logout))
+        .route("/live", get(live))
+        .route("/tasks/{id}/cancel", post(actions::cancel_task))
+        .route("/tasks/{id}/approval", post(actions::approval))
+        .route("/tasks/{id}/answer", post(actions::answer))
+        .route("/plans/{id}/approve", post(actions::approve_plan))
+        .route("/plans/{id}/reject", post(actions::reject_plan))
+        .route("/plans/{id}/cancel", post(actions::cancel_plan))
+        .route("/workdirs/{alias}/clear-guard", post(actions::clear_guard))
+        .route("/static/board.css", get(css))
+        .route("/static/board.js", get(js))
+        .layer(axum::middleware::from_fn_with_state(board.clone(), guard))
+        .with_state(board)
+}
+
+/// Serves the board until `shutdown`.
+pub async fn serve(listener: tokio::net::TcpListener, board: Board) {
+    let stop = board.inner.shutdown.clone();
+    let app = router(board);
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+        tracing::error!(cause = %e, "the board stopped serving");
+    }
+}
+
+/// Every request: a `Host` of the board's own (no DNS rebinding), the board's own `Origin`
+/// on every POST, and the security headers on every answer.
+async fn guard(State(board): State<Board>, request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("").to_owned();
+    if !board.host_allowed(&host) {
+        return (StatusCode::MISDIRECTED_REQUEST, "unknown host: open the board at its own address").into_response();
+    }
+    if request.method() == axum::http::Method::POST {
+        let origin = request.headers().get(header::ORIGIN).and_then(|h| h.to_str().ok()).unwrap_or("");
+        if !origin.eq_ignore_ascii_case(&format!("http://{host}")) {
+            return (StatusCode::FORBIDDEN, "refused: this form did not come from the board").into_response();
+        }
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "same-origin"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// Where a request without a session goes.
+pub fn to_login() -> Response {
+    Redirect::to("/login").into_response()
+}
+
+/// `/live?since=N`: waits (at most 25 s) until the change pulse differs from `N`, then
+/// answers `{"pulse": M}`. It carries no data: the page reloads through the registry.
+async fn live(
+    State(board): State<Board>,
+    headers: HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<Map<String, Value>>,
+) -> Response {
+    if board.session(&headers).is_none() {
+        return (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({ "error": "log in again" }))).into_response();
+    }
+    let since = q.get("since").and_then(Value::as_str).and_then(|s| s.parse::<u64>().ok());
+    let mut pulse = board.inner.registry.services().tasks.pulse();
+    let current = *pulse.borrow_and_update();
+    if since == Some(current) {
+        tokio::select! {
+            _ = pulse.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(25)) => {}
+            _ = board.inner.shutdown.cancelled() => {}
+        }
+    }
+    let now = *pulse.borrow();
+    axum::Json(serde_json::json!({ "pulse": now })).into_response()
+}
+
+async fn css() -> Response {
+    static_asset("text/css; charset=utf-8", include_str!("assets/board.css"))
+}
+
+async fn js() -> Response {
+    static_asset("text/javascript; charset=utf-8", include_str!("assets/board.js"))
+}
+
+fn static_asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = body.into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+    response
+}
+
+/// A page answer.
+pub fn html_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    response
+}
+
+/// A page that explains a refused call, with a way back.
+pub async fn error_page(board: &Board, authed: &Authed, what: &str, e: &ToolError, back: &str) -> Response {
+    let frame = board.frame("Not done", Nav::None, authed).await;
+    let mut body = String::new();
+    crate::html!(
+        body,
+        "<div class=\"error\"><p><b>{}</b> was refused.</p><p><code>{}</code>: {}</p></div><p><a href=\"{}\">← Back</a></p>",
+        what,
+        e.code,
+        e.message,
+        back
+    );
+    let status = if e.code.ends_with("NOT_FOUND") { StatusCode::NOT_FOUND } else { StatusCode::CONFLICT };
+    html_response(status, html::page(&frame, &body))
+}

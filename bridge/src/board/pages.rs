@@ -1,0 +1,226 @@
+//! The task pages: the home page (what needs a human first, then every task with filters)
+//! and a task's page (its state at a glance, its pending request with the forms to answer
+//! it, cancel, its result and its timeline).
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::html::{self, Nav, badge, csrf_field, text, when};
+use super::plan_pages::pending_card;
+use super::{Board, error_page, html_response, to_login};
+use crate::html;
+use crate::model::TaskStatus;
+
+type Q = Vec<(String, String)>;
+
+fn query<'a>(q: &'a Q, name: &str) -> Option<&'a str> {
+    q.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
+}
+
+/// A table of tasks.
+pub fn task_table(tasks: &[Value]) -> String {
+    if tasks.is_empty() {
+        return "<p class=\"empty\">No task.</p>".to_owned();
+    }
+    let mut out = String::from(
+        "<table><thead><tr><th>State</th><th>Task</th><th>Runtime</th><th>Workdir</th><th>Profile</th>\
+         <th>Owner</th><th>Created</th><th>Error</th></tr></thead><tbody>",
+    );
+    for t in tasks {
+        let id = text(&t["task_id"]);
+        html!(out, "<tr><td>");
+        out.push_str(&badge(t["status"].as_str().unwrap_or("")));
+        html!(
+            out,
+            "</td><td><a class=\"mono\" href=\"/tasks/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>",
+            id,
+            id,
+            text(&t["runtime"]),
+            text(&t["workdir"]),
+            text(&t["profile"]),
+            text(&t["owner"])
+        );
+        out.push_str(&when(&t["created_at"]));
+        html!(out, "</td><td><code>{}</code></td></tr>", t["error_code"].as_str().unwrap_or(""));
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+fn select(out: &mut String, name: &str, label: &str, options: &[&str], current: Option<&str>) {
+    html!(out, "<label>{}<select name=\"{}\"><option value=\"\">any</option>", label, name);
+    for o in options {
+        let selected = if current == Some(*o) { " selected" } else { "" };
+        html!(out, "<option value=\"{}\"{}>{}</option>", o, selected, o);
+    }
+    out.push_str("</select></label>");
+}
+
+/// `GET /`: plans awaiting approval, tasks waiting for a human, then every task.
+pub async fn index(State(board): State<Board>, headers: HeaderMap, Query(q): Query<Q>) -> Response {
+    let Some(authed) = board.session(&headers) else { return to_login() };
+    let frame = board.frame("Tasks", Nav::Tasks, &authed).await;
+    let mut body = String::new();
+    let pending = board.call("admin_list_plans", json!({ "status": "pending_approval", "limit": 50 })).await;
+    if let Ok(plans) = &pending
+        && let Some(list) = plans["plans"].as_array().filter(|l| !l.is_empty())
+    {
+        html!(body, "<h2>Plans awaiting your approval ({})</h2>", list.len());
+        for plan in list {
+            body.push_str(&pending_card(plan, &authed.session.csrf));
+        }
+    }
+    let mut waiting = Vec::new();
+    for status in ["waiting_for_approval", "waiting_for_question"] {
+        if let Ok(v) = board.call("admin_list_tasks", json!({ "status": status, "limit": 50 })).await {
+            waiting.extend(v["tasks"].as_array().cloned().unwrap_or_default());
+        }
+    }
+    if !waiting.is_empty() {
+        html!(body, "<h2>Tasks waiting for an answer ({})</h2>", waiting.len());
+        body.push_str(&task_table(&waiting));
+    }
+    body.push_str("<h2>All tasks</h2><form class=\"filters\" method=\"get\" action=\"/\">");
+    let statuses: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+    select(&mut body, "status", "State", &statuses, query(&q, "status"));
+    let services = board.inner.registry.services();
+    let aliases: Vec<&str> = services.config.workdirs.iter().map(|w| w.alias.as_str()).collect();
+    select(&mut body, "workdir", "Workdir", &aliases, query(&q, "workdir"));
+    select(&mut body, "runtime", "Runtime", &["claude", "codex", "fake"], query(&q, "runtime"));
+    html!(
+        body,
+        "<label>Owner<input type=\"text\" name=\"owner\" value=\"{}\" size=\"14\"></label><button>Filter</button> \
+         <a href=\"/\">clear</a></form>",
+        query(&q, "owner").unwrap_or("")
+    );
+    let args = json!({
+        "status": query(&q, "status"), "workdir": query(&q, "workdir"), "runtime": query(&q, "runtime"),
+        "owner": query(&q, "owner"), "before_task_id": query(&q, "before"), "limit": 50,
+    });
+    match board.call("admin_list_tasks", args).await {
+        Ok(v) => {
+            body.push_str(&task_table(v["tasks"].as_array().map(Vec::as_slice).unwrap_or(&[])));
+            if let Some(next) = v["next_before_task_id"].as_str() {
+                let mut more: Vec<(String, String)> = q.iter().filter(|(k, _)| k != "before").cloned().collect();
+                more.push(("before".into(), next.into()));
+                let link: Vec<String> =
+                    more.iter().map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v))).collect();
+                html!(body, "<p><a href=\"/?{}\">Older tasks →</a></p>", link.join("&"));
+            }
+        }
+        Err(e) => html!(body, "<div class=\"error\"><code>{}</code>: {}</div>", e.code, e.message),
+    }
+    html_response(StatusCode::OK, html::page(&frame, &body))
+}
+
+/// Percent-encodes a query component.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET /tasks/{id}`.
+pub async fn task(State(board): State<Board>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let Some(authed) = board.session(&headers) else { return to_login() };
+    let t = match board.call("get_agent_task", json!({ "task_id": id })).await {
+        Ok(t) => t,
+        Err(e) => return error_page(&board, &authed, "Showing this task", &e, "/").await,
+    };
+    let title = format!("Task {id}");
+    let frame = board.frame(&title, Nav::Tasks, &authed).await;
+    let csrf = &authed.session.csrf;
+    let mut body = String::from("<div class=\"card\"><div class=\"row\">");
+    body.push_str(&badge(t["status"].as_str().unwrap_or("")).replace("class=\"badge ", "class=\"badge big "));
+    html!(
+        body,
+        "<span class=\"meta\"><b>{}</b> in <b>{}</b>{} · {} · owner <b>{}</b></span></div><dl class=\"kv\">",
+        text(&t["runtime"]),
+        text(&t["workdir"]),
+        if t["path"].as_str().is_some_and(|p| !p.is_empty()) {
+            format!("/{}", text(&t["path"]))
+        } else {
+            String::new()
+        },
+        text(&t["profile"]),
+        text(&t["owner"])
+    );
+    for (label, key) in [
+        ("Created", "created_at"),
+        ("Started", "started_at"),
+        ("Finished", "completed_at"),
+        ("Deadline", "deadline_at"),
+    ] {
+        html!(body, "<dt>{}</dt><dd>", label);
+        body.push_str(&when(&t[key]));
+        body.push_str("</dd>");
+    }
+    if let Some(plan) = t["plan"].as_object() {
+        let plan_id = text(&plan["plan_id"]);
+        html!(
+            body,
+            "<dt>Plan</dt><dd>step {} of <a class=\"mono\" href=\"/plans/{}\">{}</a></dd>",
+            text(&plan["step"]),
+            plan_id,
+            plan_id
+        );
+    }
+    if let Some(from) = t["continue_from_task_id"].as_str() {
+        html!(body, "<dt>Continues</dt><dd><a class=\"mono\" href=\"/tasks/{}\">{}</a></dd>", from, from);
+    }
+    body.push_str("</dl></div>");
+    if !t["error"].is_null() {
+        html!(
+            body,
+            "<div class=\"error\"><code>{}</code>: {}</div>",
+            text(&t["error"]["code"]),
+            text(&t["error"]["message"])
+        );
+    }
+    if let Some(p) = t.get("pending_request").filter(|p| !p.is_null()) {
+        body.push_str(&super::actions::pending_form(&id, p, csrf));
+    }
+    if t["terminal"] == false {
+        html!(body, "<form class=\"inline\" method=\"post\" action=\"/tasks/{}/cancel\">", id);
+        body.push_str(&csrf_field(csrf));
+        body.push_str("<button class=\"danger\">Cancel this task</button></form>");
+    }
+    if let Some(result) = t["final_response"].as_str() {
+        html!(body, "<h2>Result</h2><pre>{}</pre>", result);
+        if t["final_response_truncated"] == true {
+            body.push_str("<p class=\"meta\">The start of a longer result (read it all with <code>agent-bridge tasks result</code>).</p>");
+        }
+    }
+    body.push_str("<h2>Timeline</h2>");
+    match board.call("read_agent_task_events", json!({ "task_id": id, "limit": 500 })).await {
+        Ok(v) => body.push_str(&timeline(v["events"].as_array().map(Vec::as_slice).unwrap_or(&[]))),
+        Err(e) => html!(body, "<div class=\"error\"><code>{}</code>: {}</div>", e.code, e.message),
+    }
+    html_response(StatusCode::OK, html::page(&frame, &body))
+}
+
+fn timeline(events: &[Value]) -> String {
+    if events.is_empty() {
+        return "<p class=\"empty\">No event yet.</p>".to_owned();
+    }
+    let mut out = String::from("<table><thead><tr><th>Time</th><th>Event</th><th>Details</th></tr></thead><tbody>");
+    for e in events {
+        out.push_str("<tr><td>");
+        out.push_str(&when(&e["created_at"]));
+        let payload = &e["payload"];
+        let detail = match payload.get("text").and_then(Value::as_str) {
+            Some(t) => t.to_owned(),
+            None if payload.as_object().is_some_and(|m| m.is_empty()) => String::new(),
+            None => payload.to_string(),
+        };
+        let detail: String = detail.chars().take(400).collect();
+        html!(out, "</td><td><code>{}</code></td><td>{}</td></tr>", text(&e["event_type"]), detail);
+    }
+    out.push_str("</tbody></table>");
+    out
+}

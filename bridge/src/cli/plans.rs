@@ -1,0 +1,195 @@
+//! `agent-bridge plans …` and `agent-bridge board …`: socket calls on surface `cli` as the
+//! local operator, who is the person the approval gate waits for.
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::client::{Failure, call, s, show};
+use super::output;
+use bridge_proto::client::Client;
+
+/// `agent-bridge plans …`
+#[derive(Debug, Subcommand)]
+pub enum PlansCommand {
+    /// List plans, those awaiting approval first.
+    List {
+        /// Only this state (e.g. pending_approval).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this owner.
+        #[arg(long)]
+        owner: Option<String>,
+    },
+    /// Show one plan, its provenance and its steps.
+    Show {
+        /// The plan id.
+        id: String,
+    },
+    /// Approve a plan awaiting a human; its first step starts at once.
+    Approve {
+        /// The plan id.
+        id: String,
+    },
+    /// Reject a plan awaiting a human; none of it runs.
+    Reject {
+        /// The plan id.
+        id: String,
+        /// Why (kept with the plan, shown to its owner).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Cancel a plan and the step it is running.
+    Cancel {
+        /// The plan id.
+        id: String,
+    },
+    /// File a plan as the local operator (approved at once): one --step "TITLE=PROMPT" each.
+    Submit {
+        /// codex, claude or fake.
+        #[arg(long)]
+        runtime: String,
+        /// The workdir alias.
+        #[arg(long)]
+        workdir: String,
+        /// The plan's title.
+        #[arg(long)]
+        title: String,
+        /// `TITLE=PROMPT`, in order (repeatable, 1 to 20).
+        #[arg(long = "step", required = true)]
+        steps: Vec<String>,
+        /// review or workspace-write.
+        #[arg(long)]
+        profile: Option<String>,
+        /// A directory relative to the workdir.
+        #[arg(long)]
+        path: Option<String>,
+    },
+}
+
+/// `agent-bridge board …`
+#[derive(Debug, Subcommand)]
+pub enum BoardCommand {
+    /// Print a new login token for the web board (only its hash is stored).
+    Token {
+        /// How long it can log in, in hours.
+        #[arg(long, default_value_t = 24)]
+        valid_hours: u32,
+    },
+    /// Revoke every board token and end every board session.
+    Revoke,
+}
+
+fn describe_plan(v: &Value) -> String {
+    let mut lines = vec![
+        format!("plan      {}  {}", s(&v["plan_id"]), s(&v["title"])),
+        format!("status    {}", s(&v["status"])),
+        format!("created   by {} via {} at {}", s(&v["created_by"]), s(&v["created_surface"]), s(&v["created_at"])),
+        format!("runs      {} in {} ({})", s(&v["runtime"]), s(&v["workdir"]), s(&v["profile"])),
+    ];
+    if !v["approved_by"].is_null() {
+        lines.push(format!("approved  by {} at {}", s(&v["approved_by"]), s(&v["approved_at"])));
+    }
+    if !v["rejection"].is_null() {
+        lines.push(format!("rejected  by {}: {}", s(&v["rejection"]["by"]), s(&v["rejection"]["reason"])));
+    }
+    if !v["error"].is_null() {
+        lines.push(format!("error     {}: {}", s(&v["error"]["code"]), s(&v["error"]["message"])));
+    }
+    lines.push(format!("          {}", s(&v["message"])));
+    for step in v["steps"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        lines.push(format!(
+            "step {:>2}   {:<12} {:<36} {}",
+            s(&step["position"]),
+            s(&step["status"]),
+            s(&step["task_id"]),
+            s(&step["title"])
+        ));
+    }
+    lines.join("\n")
+}
+
+/// Runs a `plans` command.
+pub(super) async fn plans(client: &Client, command: PlansCommand, json_mode: bool) -> Result<(), Failure> {
+    match command {
+        PlansCommand::List { status, owner } => {
+            let v = call(client, "admin_list_plans", json!({ "status": status, "owner": owner, "limit": 200 })).await?;
+            show(json_mode, &v, |v| {
+                let rows: Vec<Vec<String>> = v["plans"]
+                    .as_array()
+                    .map(|plans| {
+                        plans
+                            .iter()
+                            .map(|p| {
+                                vec![
+                                    s(&p["plan_id"]),
+                                    s(&p["status"]),
+                                    s(&p["created_by"]),
+                                    s(&p["workdir"]),
+                                    s(&p["created_at"]),
+                                    s(&p["title"]),
+                                ]
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                output::table(&["PLAN", "STATUS", "CREATED BY", "WORKDIR", "CREATED", "TITLE"], &rows)
+            });
+        }
+        PlansCommand::Show { id } => {
+            let v = call(client, "get_agent_plan", json!({ "plan_id": id })).await?;
+            show(json_mode, &v, describe_plan);
+        }
+        PlansCommand::Approve { id } => {
+            let v = call(client, "admin_approve_plan", json!({ "plan_id": id })).await?;
+            show(json_mode, &v, |v| format!("{} {}", s(&v["plan_id"]), s(&v["status"])));
+        }
+        PlansCommand::Reject { id, reason } => {
+            let v = call(client, "admin_reject_plan", json!({ "plan_id": id, "reason": reason })).await?;
+            show(json_mode, &v, |v| format!("{} {}", s(&v["plan_id"]), s(&v["status"])));
+        }
+        PlansCommand::Cancel { id } => {
+            let v = call(client, "cancel_agent_plan", json!({ "plan_id": id })).await?;
+            show(json_mode, &v, |v| format!("{} {}", s(&v["plan_id"]), s(&v["status"])));
+        }
+        PlansCommand::Submit { runtime, workdir, title, steps, profile, path } => {
+            let mut list = Vec::new();
+            for step in &steps {
+                let (t, p) = step
+                    .split_once('=')
+                    .ok_or_else(|| Failure::Usage(format!("--step takes TITLE=PROMPT, got {step:?}")))?;
+                list.push(json!({ "title": t, "prompt": p }));
+            }
+            let v = call(
+                client,
+                "submit_agent_plan",
+                json!({
+                    "runtime": runtime, "workdir": workdir, "title": title, "steps": list,
+                    "profile": profile, "path": path,
+                }),
+            )
+            .await?;
+            show(json_mode, &v, |v| format!("{} {}", s(&v["plan_id"]), s(&v["status"])));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a `board` command.
+pub(super) async fn board(client: &Client, command: BoardCommand, json_mode: bool) -> Result<(), Failure> {
+    match command {
+        BoardCommand::Token { valid_hours } => {
+            let v = call(client, "admin_create_board_token", json!({ "valid_hours": valid_hours })).await?;
+            show(json_mode, &v, |v| {
+                let url = v["login_url"].as_str().map(|u| format!("\nlog in at {u} (expires {})", s(&v["expires_at"])));
+                format!("{}{}", s(&v["token"]), url.unwrap_or_default())
+            });
+        }
+        BoardCommand::Revoke => {
+            let v = call(client, "admin_revoke_board_tokens", json!({})).await?;
+            show(json_mode, &v, |v| {
+                format!("revoked {} board token(s); every board session is over", s(&v["revoked"]))
+            });
+        }
+    }
+    Ok(())
+}

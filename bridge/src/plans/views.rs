@@ -1,0 +1,105 @@
+//! The public view of a plan: its state in words a calling model (and a person) can act on,
+//! its provenance, its steps and their task ids. Built by hand from store rows.
+
+use std::net::SocketAddr;
+
+use serde_json::{Value, json};
+
+use crate::clock::rfc3339;
+use crate::model::PlanStatus;
+use crate::store::plans::{PlanRow, StepRow};
+
+/// What a caller should know about the plan's state, in one sentence.
+fn message(p: &PlanRow, board: SocketAddr, current: Option<i64>) -> String {
+    match p.status {
+        PlanStatus::PendingApproval => format!(
+            "This plan awaits a human: nothing runs until an operator approves it on the agent-bridge board \
+             (http://{board}/) or with `agent-bridge plans approve {}`. Poll get_agent_plan to follow it.",
+            p.plan_id
+        ),
+        PlanStatus::Approved => "Approved by a human; its first step starts now.".to_owned(),
+        PlanStatus::Running => format!(
+            "Step {} runs as an ordinary task: follow it, and answer its approvals and questions, with get_agent_task.",
+            current.unwrap_or(1)
+        ),
+        PlanStatus::Waiting => format!(
+            "Step {} waits for its workdir ({}); it starts by itself when the workdir is free.",
+            current.unwrap_or(1),
+            p.wait_code.as_deref().unwrap_or("busy")
+        ),
+        PlanStatus::Succeeded => "Every step succeeded.".to_owned(),
+        PlanStatus::Rejected => match &p.rejection_reason {
+            Some(reason) => format!("A human rejected this plan: {reason}"),
+            None => "A human rejected this plan (no reason given).".to_owned(),
+        },
+        PlanStatus::Failed | PlanStatus::Cancelled | PlanStatus::Interrupted => {
+            format!("The plan stopped: {}", p.error_message.as_deref().unwrap_or(p.status.as_str()))
+        }
+    }
+}
+
+/// The step a plan is at: the one running or starting, else (while the plan is live) the
+/// next pending one.
+pub fn current_step(p: &PlanRow, steps: &[StepRow]) -> Option<i64> {
+    if p.status.is_terminal() || p.status == PlanStatus::PendingApproval {
+        return None;
+    }
+    steps
+        .iter()
+        .find(|s| s.status == "running" || s.status == "starting")
+        .or_else(|| steps.iter().find(|s| s.status == "pending"))
+        .map(|s| s.position)
+}
+
+/// The public view of a plan with its steps.
+pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: SocketAddr) -> Value {
+    let current = current_step(p, steps);
+    let steps: Vec<Value> = steps
+        .iter()
+        .map(|s| {
+            let status = match s.status.as_str() {
+                "pending" if p.status.is_terminal() => "not_run",
+                other => other,
+            };
+            json!({
+                "position": s.position,
+                "title": s.title,
+                "prompt": s.prompt,
+                "status": status,
+                "task_id": s.task_id,
+                "started_at": s.started_at.map(rfc3339),
+                "completed_at": s.completed_at.map(rfc3339),
+            })
+        })
+        .collect();
+    let error = p.error_code.as_ref().map(|c| json!({ "code": c, "message": p.error_message }));
+    let rejection = (p.status == PlanStatus::Rejected)
+        .then(|| json!({ "by": p.rejected_by, "at": p.rejected_at.map(rfc3339), "reason": p.rejection_reason }));
+    json!({
+        "plan_id": p.plan_id,
+        "title": p.title,
+        "status": p.status.as_str(),
+        "terminal": p.status.is_terminal(),
+        "awaiting_human": p.status == PlanStatus::PendingApproval,
+        "message": message(p, board, current),
+        "owner": p.principal,
+        "created_by": p.created_by,
+        "created_surface": p.created_surface,
+        "created_at": rfc3339(p.created_at),
+        "approved_at": p.approved_at.map(rfc3339),
+        "approved_by": p.approved_by,
+        "rejection": rejection,
+        "updated_at": rfc3339(p.updated_at),
+        "completed_at": p.completed_at.map(rfc3339),
+        "runtime": p.runtime,
+        "workdir": p.workdir_alias,
+        "path": p.relative_cwd,
+        "profile": p.profile,
+        "correlation_id": p.correlation_id,
+        "idempotency_key": p.idempotency_key,
+        "waiting_for": p.wait_code.as_ref().filter(|_| p.status == PlanStatus::Waiting),
+        "error": error,
+        "current_step": current,
+        "steps": steps,
+    })
+}

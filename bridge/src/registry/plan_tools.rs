@@ -1,0 +1,284 @@
+//! The plan capabilities (seed 002) and the board's login tokens. Approval and rejection exist
+//! on the local surfaces only (CLI, board): an MCP caller never sees them, whatever its role,
+//! and the plan service refuses them to anyone but a person at this machine.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::policy::{Annotations, Scope};
+use super::tools::{ProfileArg, RuntimeArg};
+use super::{ALL_SURFACES, CallCtx, Capability, LOCAL_SURFACES, Meta};
+use crate::config::Role;
+use crate::error::ToolError;
+use crate::model::PlanStatus;
+use crate::plans::{PlanRequest, StepRequest};
+use crate::store::board::BoardTokenRow;
+use crate::store::plans::PlanFilter;
+use bridge_proto::methods::Surface;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StepArg {
+    /// A short title for the step.
+    #[schemars(length(min = 1, max = 200))]
+    title: String,
+    /// The step's objective for the agent, as for submit_agent_task.
+    #[schemars(length(min = 1))]
+    prompt: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SubmitPlanArgs {
+    /// The workdir alias, from `list_workdirs`.
+    workdir: String,
+    /// The agent runtime every step runs on: `codex`, `claude` (or `fake` for tests).
+    runtime: RuntimeArg,
+    /// `workspace-write` lets the steps change files; `review` only reads.
+    #[serde(default)]
+    profile: ProfileArg,
+    /// A directory relative to the workdir the steps start in (default: the workdir root).
+    #[serde(default)]
+    path: String,
+    /// A short title a human reads when deciding to approve the plan.
+    #[schemars(length(min = 1, max = 200))]
+    title: String,
+    /// The ordered steps; step 2 continues step 1's session, and so on.
+    #[schemars(length(min = 1, max = 20))]
+    steps: Vec<StepArg>,
+    /// A fresh key per plan; retry an uncertain submission with the same key and you get the same plan.
+    #[schemars(length(min = 1, max = 256))]
+    idempotency_key: Option<String>,
+    /// Your own opaque label, echoed back and given to every step's task.
+    correlation_id: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PlanArgs {
+    /// The plan id (`pln_…`).
+    plan_id: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RejectArgs {
+    /// The plan id (`pln_…`).
+    plan_id: String,
+    /// Why: kept with the plan and shown to its owner.
+    #[schemars(length(max = 1000))]
+    reason: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum PlanStatusArg {
+    PendingApproval,
+    Approved,
+    Running,
+    Waiting,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Rejected,
+    Interrupted,
+}
+
+fn default_limit() -> u32 {
+    50
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListPlansArgs {
+    /// Only plans in this state.
+    status: Option<PlanStatusArg>,
+    /// Only plans of this owner.
+    owner: Option<String>,
+    /// At most this many plans.
+    #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 200))]
+    limit: u32,
+}
+
+fn default_hours() -> u32 {
+    24
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct BoardTokenArgs {
+    /// How long the token can log in, in hours.
+    #[serde(default = "default_hours")]
+    #[schemars(range(min = 1, max = 720))]
+    valid_hours: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+/// The CLI only (a board session cannot mint or revoke the tokens that open it).
+const CLI_ONLY: &[Surface] = &[Surface::Cli];
+
+fn meta(name: &'static str, scope: Scope, min_role: Role, description: &'static str, annotations: Annotations) -> Meta {
+    Meta { name, scope, min_role, surfaces: ALL_SURFACES, description, annotations }
+}
+
+fn local(
+    name: &'static str,
+    scope: Scope,
+    surfaces: &'static [Surface],
+    description: &'static str,
+    annotations: Annotations,
+) -> Meta {
+    Meta { name, scope, min_role: Role::Admin, surfaces, description, annotations }
+}
+
+const DECIDE: Annotations = Annotations { read_only: false, destructive: true, idempotent: false, open_world: true };
+
+impl From<PlanStatusArg> for PlanStatus {
+    fn from(s: PlanStatusArg) -> PlanStatus {
+        match s {
+            PlanStatusArg::PendingApproval => PlanStatus::PendingApproval,
+            PlanStatusArg::Approved => PlanStatus::Approved,
+            PlanStatusArg::Running => PlanStatus::Running,
+            PlanStatusArg::Waiting => PlanStatus::Waiting,
+            PlanStatusArg::Succeeded => PlanStatus::Succeeded,
+            PlanStatusArg::Failed => PlanStatus::Failed,
+            PlanStatusArg::Cancelled => PlanStatus::Cancelled,
+            PlanStatusArg::Rejected => PlanStatus::Rejected,
+            PlanStatusArg::Interrupted => PlanStatus::Interrupted,
+        }
+    }
+}
+
+/// The plan and board-token capabilities.
+pub(super) fn all() -> Vec<Capability> {
+    vec![
+        Capability::new(
+            meta(
+                "submit_agent_plan",
+                Scope::Write,
+                Role::Operator,
+                "Files a multi-step plan for an agent runtime in a workdir; nothing runs until a human approves it, then the steps run in order as tasks.",
+                Annotations { read_only: false, destructive: false, idempotent: false, open_world: false },
+            ),
+            |ctx: CallCtx, a: SubmitPlanArgs| async move {
+                let request = PlanRequest {
+                    workdir: a.workdir,
+                    runtime: a.runtime.into(),
+                    profile: a.profile.into(),
+                    path: a.path,
+                    title: a.title,
+                    steps: a.steps.into_iter().map(|s| StepRequest { title: s.title, prompt: s.prompt }).collect(),
+                    idempotency_key: a.idempotency_key,
+                    correlation_id: a.correlation_id,
+                };
+                ctx.services.plans.submit(&ctx.principal, ctx.surface, request).await
+            },
+        ),
+        Capability::new(
+            meta(
+                "get_agent_plan",
+                Scope::Read,
+                Role::Viewer,
+                "Shows a plan: whether it still awaits a human, its state, and each step's status and task_id (follow those with get_agent_task).",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, a: PlanArgs| async move { ctx.services.plans.get(&ctx.principal, &a.plan_id).await },
+        ),
+        Capability::new(
+            meta(
+                "cancel_agent_plan",
+                Scope::Write,
+                Role::Operator,
+                "Cancels a plan and the step it is running; it is cancelled when this returns, and repeating the call is safe.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+            ),
+            |ctx: CallCtx, a: PlanArgs| async move { ctx.services.plans.cancel(&ctx.principal, &a.plan_id).await },
+        ),
+        Capability::new(
+            local(
+                "admin_list_plans",
+                Scope::Read,
+                LOCAL_SURFACES,
+                "Lists plans, those awaiting a human first, with their provenance.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, a: ListPlansArgs| async move {
+                let filter = PlanFilter { principal: a.owner, status: a.status.map(PlanStatus::from) };
+                ctx.services.plans.list(filter, a.limit).await
+            },
+        ),
+        Capability::new(
+            local(
+                "admin_approve_plan",
+                Scope::Write,
+                LOCAL_SURFACES,
+                "Approves a plan awaiting a human; its first step starts at once.",
+                DECIDE,
+            ),
+            |ctx: CallCtx, a: PlanArgs| async move {
+                ctx.services.plans.approve(&ctx.principal, ctx.surface, &a.plan_id).await
+            },
+        ),
+        Capability::new(
+            local(
+                "admin_reject_plan",
+                Scope::Write,
+                LOCAL_SURFACES,
+                "Rejects a plan awaiting a human, with a reason its owner will read; none of it runs.",
+                Annotations { read_only: false, destructive: false, idempotent: false, open_world: false },
+            ),
+            |ctx: CallCtx, a: RejectArgs| async move {
+                ctx.services.plans.reject(&ctx.principal, ctx.surface, &a.plan_id, a.reason).await
+            },
+        ),
+        Capability::new(
+            local(
+                "admin_create_board_token",
+                Scope::Write,
+                CLI_ONLY,
+                "Creates a login token for the web board and shows it once.",
+                Annotations { read_only: false, destructive: false, idempotent: false, open_world: false },
+            ),
+            |ctx: CallCtx, a: BoardTokenArgs| async move {
+                let secret = crate::ids::board_token_secret();
+                let now = ctx.services.clock.now_ms();
+                let row = BoardTokenRow {
+                    token_id: crate::ids::board_token_id(),
+                    token_sha256: super::auth::hash_secret(&secret),
+                    created_at: now,
+                    expires_at: now + i64::from(a.valid_hours) * 3_600_000,
+                    revoked_at: None,
+                };
+                let stored = row.clone();
+                ctx.services.store.call(move |s| s.insert_board_token(&stored)).await?;
+                let url = ctx.services.board_addr.get().map(|addr| format!("http://{addr}/login"));
+                Ok(json!({
+                    "token_id": row.token_id,
+                    "token": secret,
+                    "expires_at": crate::clock::rfc3339(row.expires_at),
+                    "login_url": url,
+                }))
+            },
+        ),
+        Capability::new(
+            local(
+                "admin_revoke_board_tokens",
+                Scope::Write,
+                CLI_ONLY,
+                "Revokes every board login token and ends every board session.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: false },
+            ),
+            |ctx: CallCtx, _: NoArgs| async move {
+                let now = ctx.services.clock.now_ms();
+                let revoked = ctx.services.store.call(move |s| s.revoke_board_tokens(now)).await?;
+                ctx.services.board_sessions.end_all();
+                Ok::<_, ToolError>(json!({ "revoked": revoked }))
+            },
+        ),
+    ]
+}

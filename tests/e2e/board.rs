@@ -1,0 +1,203 @@
+//! The board, served by the real bridge: its guards over plain HTTP (login, cookie flags,
+//! CSRF, Origin, Host, audit on surface `board`, no host path in any page), and a person's
+//! work in a real headless Chromium (log in, approve a pending plan and watch step 1 succeed,
+//! answer a fake task's approval, a POST without the CSRF token refused, screenshots).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use e2e::TestBridge;
+use e2e::browser::{Browser, browser_or_skip, http, screenshot_dir};
+
+/// A board token and the board's address (`127.0.0.1:port`), from the CLI.
+fn token(b: &TestBridge) -> (String, String) {
+    let out = b.cli(&["board", "token", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let url = v["login_url"].as_str().expect("login url");
+    let addr = url.trim_start_matches("http://").trim_end_matches("/login").to_owned();
+    (v["token"].as_str().expect("token").to_owned(), addr)
+}
+
+fn csrf_of(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + "name=\"csrf\" value=\"".len();
+    page[at..].split('"').next().unwrap_or_default().to_owned()
+}
+
+/// Logs in over HTTP; returns the `Cookie` header value.
+fn login(addr: &str, token: &str) -> String {
+    let origin = format!("http://{addr}");
+    let r = http(
+        addr,
+        "POST",
+        "/login",
+        &[("Origin", &origin), ("Content-Type", "application/x-www-form-urlencoded")],
+        &format!("token={token}"),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    let cookie = r.header("set-cookie").expect("a session cookie").to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_board_refuses_what_does_not_come_from_a_logged_in_form_of_its_own() {
+    let b = TestBridge::start().await;
+    let (token, addr) = token(&b);
+    let origin = format!("http://{addr}");
+    let form = [("Origin", origin.as_str()), ("Content-Type", "application/x-www-form-urlencoded")];
+    assert_eq!(http(&addr, "GET", "/", &[], "").header("location"), Some("/login"), "logged out: the login page");
+    let wrong = http(&addr, "POST", "/login", &form, "token=abb_0000");
+    assert_eq!(wrong.status, 401);
+    let cookie = login(&addr, &token);
+    fn with<'a>(cookie: &'a str, extra: &[(&'static str, &'a str)]) -> Vec<(&'static str, &'a str)> {
+        let mut h = vec![("Cookie", cookie)];
+        h.extend_from_slice(extra);
+        h
+    }
+    let key = b.create_key("panel", "operator").await;
+    let v = b
+        .call_mcp(
+            Some(&key),
+            "submit_agent_plan",
+            json!({ "workdir": "docs", "runtime": "fake", "profile": "review", "title": "Read the docs",
+                    "steps": [{ "title": "one", "prompt": "complete:read" }] }),
+        )
+        .await
+        .unwrap();
+    let plan = v["plan_id"].as_str().unwrap().to_owned();
+    let task = b.submit("wait:60").await;
+    b.wait_status(&task, "running").await;
+    let home = http(&addr, "GET", "/", &with(&cookie, &[]), "");
+    assert_eq!(home.status, 200);
+    assert!(home.body.contains("created by panel") && home.body.contains("Read the docs"), "{}", home.body);
+    let csrf = csrf_of(&home.body);
+    let cancel = format!("/tasks/{task}/cancel");
+    let mut post = with(&cookie, &form);
+    assert_eq!(http(&addr, "POST", &cancel, &post, "").status, 403, "no CSRF token");
+    assert_eq!(http(&addr, "POST", &cancel, &post, "csrf=nope").status, 403, "a wrong CSRF token");
+    post[1] = ("Origin", "http://evil.example");
+    assert_eq!(http(&addr, "POST", &cancel, &post, &format!("csrf={csrf}")).status, 403, "a foreign origin");
+    let no_origin = with(&cookie, &[("Content-Type", "application/x-www-form-urlencoded")]);
+    assert_eq!(http(&addr, "POST", &cancel, &no_origin, &format!("csrf={csrf}")).status, 403, "no origin");
+    let rebound = with(&cookie, &[("Host", "evil.example:80")]);
+    assert_eq!(http(&addr, "GET", "/", &rebound, "").status, 421, "a foreign Host (DNS rebinding)");
+    assert_eq!(b.get(&task).await["status"], "running", "nothing refused reached the task");
+
+    // A real form: approved through the registry on surface `board`, audited as such.
+    let approve =
+        http(&addr, "POST", &format!("/plans/{plan}/approve"), &with(&cookie, &form), &format!("csrf={csrf}"));
+    assert_eq!(approve.status, 303, "{}", approve.body);
+    let log = b.call("admin_read_audit_log", json!({ "capability": "admin_approve_plan" })).await.unwrap();
+    let row = &log["rows"][0];
+    assert_eq!((row["surface"].as_str(), row["principal"].as_str()), (Some("board"), Some("operator@board")));
+    assert_eq!(row["plan_id"], plan.as_str());
+
+    // No host path, secret or key on any page.
+    let root = b.root().display().to_string();
+    for page in
+        ["/", "/plans", &format!("/plans/{plan}"), &format!("/tasks/{task}"), "/workdirs", "/runtimes", "/audit"]
+    {
+        let r = http(&addr, "GET", page, &with(&cookie, &[]), "");
+        assert_eq!(r.status, 200, "{page}: {}", r.body);
+        for secret in [root.as_str(), token.as_str(), key.as_str()] {
+            assert!(!r.body.contains(secret), "{page} shows {secret}");
+        }
+    }
+    let out = b.cli(&["board", "revoke"]);
+    assert!(out.status.success());
+    assert_eq!(
+        http(&addr, "GET", "/", &with(&cookie, &[]), "").header("location"),
+        Some("/login"),
+        "revoking ends sessions"
+    );
+}
+
+#[tokio::test]
+async fn a_person_approves_a_plan_and_answers_an_approval_in_a_real_browser() {
+    let Some((chromium, driver)) = browser_or_skip("board browser test") else { return };
+    let b = TestBridge::start().await;
+    let key = b.create_key("panel", "operator").await;
+    let v = b
+        .call_mcp(
+            Some(&key),
+            "submit_agent_plan",
+            json!({ "workdir": "docs", "runtime": "fake", "profile": "review", "title": "Summarize the docs",
+                    "steps": [{ "title": "Read them", "prompt": "complete:read every page" },
+                              { "title": "Summarize", "prompt": "complete:three bullet points" }] }),
+        )
+        .await
+        .unwrap();
+    let plan = v["plan_id"].as_str().unwrap().to_owned();
+    let asking = b.submit("approval:publish the release notes").await;
+    b.wait_status(&asking, "waiting_for_approval").await;
+    let (token, addr) = token(&b);
+    let shots = screenshot_dir();
+    let base = format!("http://{addr}");
+    let url = move |path: &str| format!("{base}{path}");
+
+    let browser = tokio::task::spawn_blocking(move || Browser::start(&chromium, &driver)).await.unwrap();
+    let browser = std::sync::Arc::new(browser);
+    let run = {
+        let (browser, plan, asking, shots, token) =
+            (browser.clone(), plan.clone(), asking.clone(), shots.clone(), token.clone());
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            browser.goto(&url("/login"));
+            browser.screenshot(&shots.join("login.png"));
+            let field = browser.wait_for("input[name=token]", Duration::from_secs(10));
+            browser.type_into(&field, &token);
+            let button = browser.wait_for("form[action='/login'] button", Duration::from_secs(5));
+            browser.click(&button);
+            // The pending plan is at the top, with its provenance.
+            browser.wait_for(&format!("div[data-plan='{plan}']"), Duration::from_secs(10));
+            assert!(browser.source().contains("created by panel"));
+            browser.screenshot(&shots.join("home.png"));
+            let approve =
+                browser.wait_for(&format!("div[data-plan='{plan}'] button[name=approve]"), Duration::from_secs(5));
+            browser.click(&approve);
+            // The plan's page updates itself (live updates) until step 1 has succeeded.
+            browser.wait_url(&format!("/plans/{plan}"), Duration::from_secs(10));
+            browser.wait_for("table [data-status=succeeded]", Duration::from_secs(30));
+            browser.wait_for(".badge.big[data-status=succeeded]", Duration::from_secs(30));
+            browser.screenshot(&shots.join("plan.png"));
+            // A fake task's approval, answered from its page.
+            browser.goto(&url(&format!("/tasks/{asking}")));
+            let once = browser.wait_for("button[name=decision][value=approve_once]", Duration::from_secs(10));
+            browser.screenshot(&shots.join("task-approval.png"));
+            browser.click(&once);
+            browser.wait_for(".badge.big[data-status=succeeded]", Duration::from_secs(30));
+            browser.screenshot(&shots.join("task-done.png"));
+            // The same POST the cancel form sends, without its CSRF token: refused.
+            let status = browser.script(&format!(
+                "return fetch('/tasks/{asking}/cancel', {{method: 'POST', headers: \
+                 {{'Content-Type': 'application/x-www-form-urlencoded'}}, body: 'x=1'}}).then(r => r.status)"
+            ));
+            assert_eq!(status, json!(403));
+            for (page, file) in [
+                ("/plans", "plans.png"),
+                ("/workdirs", "workdirs.png"),
+                ("/runtimes", "runtimes.png"),
+                ("/audit", "audit.png"),
+                ("/", "home-after.png"),
+            ] {
+                browser.goto(&url(page));
+                browser.wait_for("main h1", Duration::from_secs(10));
+                browser.screenshot(&shots.join(file));
+            }
+        })
+    };
+    run.await.unwrap_or_else(|e| panic!("browser steps failed: {e}\n{}", b.log()));
+    let p = b.call("get_agent_plan", json!({ "plan_id": plan })).await.unwrap();
+    assert_eq!(p["approved_by"], "operator@board");
+    assert_eq!(p["steps"][0]["status"], "succeeded");
+    let t = b.get(&asking).await;
+    assert_eq!(
+        (t["status"].as_str(), t["final_response"].as_str()),
+        (Some("succeeded"), Some("approval=approve_once"))
+    );
+    e2e::measured(format_args!("board screenshots in {}", shots.display()));
+}
