@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 /// The default listen address (loopback).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
@@ -25,6 +25,9 @@ pub const MAX_BODY_BYTES: usize = bridge_proto::MAX_LINE_BYTES;
 #[derive(Debug, Clone, Default, Parser)]
 #[command(name = "mcp-front", version, about)]
 pub struct Args {
+    /// Without a command, serve.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// The address to listen on, IP:port [env: SERVERFS_MCP_LISTEN; default 127.0.0.1:8765].
     #[arg(long)]
     pub listen: Option<SocketAddr>,
@@ -42,8 +45,27 @@ pub struct Args {
     #[arg(long)]
     pub allowed_origins: Option<String>,
     /// Read the settings from this `.env` (the environment and the flags win over it).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub env_file: Option<PathBuf>,
+    /// Refuse to start when the bridge socket's directory does not exist: in a container it
+    /// must be a mount of the bridge's socket directory, and without it every call would fail
+    /// (the image's default command sets this).
+    #[arg(long)]
+    pub require_bridge_dir: bool,
+}
+
+/// What to do instead of serving.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Ask a running front's `/healthz` (the address it listens on, or `--addr`); exit 0 when
+    /// it answers 200 (the bridge answers), 1 otherwise. For container health checks, which
+    /// have no shell or HTTP client to call.
+    Healthcheck {
+        /// The front to ask, IP:port [default: the listen address; an unspecified IP such as
+        /// 0.0.0.0 is asked on loopback].
+        #[arg(long)]
+        addr: Option<SocketAddr>,
+    },
 }
 
 /// The validated settings.
@@ -62,6 +84,8 @@ pub struct Config {
     /// Whether the `.env` or the environment says the bridge runs in tunnel mode
     /// (`SERVERFS_MCP_AUTH=none`); only used to warn, the bridge decides.
     pub tunnel_mode: bool,
+    /// Refuse to start when the socket's directory is missing (`--require-bridge-dir`).
+    pub require_bridge_dir: bool,
 }
 
 /// A setting that cannot be used.
@@ -88,18 +112,60 @@ pub enum ConfigError {
 impl Config {
     /// Builds the configuration from flags, the process environment and the `.env`.
     pub fn load(args: Args) -> Result<Config, ConfigError> {
-        let file = match &args.env_file {
-            Some(path) => {
-                let bytes = std::fs::read(path)
-                    .map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?;
-                crate::dotenv::parse(&bytes)
-                    .map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?
-            }
-            None => HashMap::new(),
-        };
-        let environment: HashMap<String, String> =
-            std::env::vars().filter(|(k, _)| k.starts_with("SERVERFS_") || k == "HOME").collect();
-        Config::resolve(args, &environment, &file)
+        let (environment, file) = sources(&args)?;
+        let config = Config::resolve(args, &environment, &file)?;
+        if config.require_bridge_dir {
+            config.check_bridge_dir()?;
+        }
+        Ok(config)
+    }
+
+    /// With `--require-bridge-dir`: the socket's directory must exist. In a container that
+    /// directory is the bind mount of the bridge's socket directory (`compose.agent.yml`);
+    /// when it is missing the front was started without it, the documented compose trap.
+    pub fn check_bridge_dir(&self) -> Result<(), ConfigError> {
+        let dir = self.bridge_socket.parent().unwrap_or(std::path::Path::new("/"));
+        if dir.is_dir() {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            key: "--require-bridge-dir",
+            message: format!(
+                "the bridge socket's directory {} does not exist, so no call could reach the bridge: mount the \
+                 bridge's socket directory there (with compose: add the agent overlay, \
+                 `-f compose.yml -f compose.agent.yml`, or keep COMPOSE_FILE=compose.yml:compose.agent.yml in .env)",
+                dir.display()
+            ),
+        })
+    }
+
+    /// The listen address alone, from the same sources as [`Config::load`] (for `healthcheck`,
+    /// which needs nothing else).
+    pub fn load_listen(args: &Args) -> Result<SocketAddr, ConfigError> {
+        let (environment, file) = sources(args)?;
+        Config::resolve_listen(args, &environment, &file)
+    }
+
+    /// The address to listen on: `--listen`, else `SERVERFS_MCP_LISTEN` from `environment`
+    /// or `file`, else the default.
+    pub fn resolve_listen(
+        args: &Args,
+        environment: &HashMap<String, String>,
+        file: &HashMap<String, String>,
+    ) -> Result<SocketAddr, ConfigError> {
+        if let Some(addr) = args.listen {
+            return Ok(addr);
+        }
+        let text = environment
+            .get("SERVERFS_MCP_LISTEN")
+            .or_else(|| file.get("SERVERFS_MCP_LISTEN"))
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+            .unwrap_or(DEFAULT_LISTEN);
+        text.parse().map_err(|_| ConfigError::Invalid {
+            key: "SERVERFS_MCP_LISTEN",
+            message: format!("{text:?} is not an IP:port address"),
+        })
     }
 
     /// The pure part of [`Config::load`]: flags over `environment` over `file`.
@@ -110,16 +176,7 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let get =
             |key: &str| environment.get(key).or_else(|| file.get(key)).map(String::as_str).filter(|v| !v.is_empty());
-        let listen = match args.listen {
-            Some(addr) => addr,
-            None => {
-                let text = get("SERVERFS_MCP_LISTEN").unwrap_or(DEFAULT_LISTEN);
-                text.parse().map_err(|_| ConfigError::Invalid {
-                    key: "SERVERFS_MCP_LISTEN",
-                    message: format!("{text:?} is not an IP:port address"),
-                })?
-            }
-        };
+        let listen = Config::resolve_listen(&args, environment, file)?;
         let home = environment.get("HOME").map(PathBuf::from);
         let bridge_socket = match args.bridge_socket {
             Some(path) => path,
@@ -177,6 +234,7 @@ impl Config {
             allowed_hosts,
             allowed_origins,
             tunnel_mode,
+            require_bridge_dir: args.require_bridge_dir,
         })
     }
 
@@ -184,6 +242,23 @@ impl Config {
     pub fn is_loopback(&self) -> bool {
         self.listen.ip().is_loopback()
     }
+}
+
+/// The process environment (the keys the front reads) and the `.env` named by `--env-file`.
+type Sources = (HashMap<String, String>, HashMap<String, String>);
+
+fn sources(args: &Args) -> Result<Sources, ConfigError> {
+    let file = match &args.env_file {
+        Some(path) => {
+            let bytes =
+                std::fs::read(path).map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?;
+            crate::dotenv::parse(&bytes)
+                .map_err(|e| ConfigError::EnvFile { path: path.clone(), message: e.to_string() })?
+        }
+        None => HashMap::new(),
+    };
+    let environment = std::env::vars().filter(|(k, _)| k.starts_with("SERVERFS_") || k == "HOME").collect();
+    Ok((environment, file))
 }
 
 fn split(list: Option<&str>) -> Vec<String> {
@@ -242,6 +317,32 @@ mod tests {
             let e = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap_err();
             assert!(e.to_string().starts_with(key), "{e}");
         }
+    }
+
+    #[test]
+    fn a_required_bridge_dir_must_exist() {
+        let dir = std::env::temp_dir().join(format!("mcp-front-config-{}", std::process::id()));
+        let socket = dir.join("bridge.sock");
+        let args = Args { bridge_socket: Some(socket.clone()), require_bridge_dir: true, ..Args::default() };
+        let c = Config::resolve(args, &map(&[("HOME", "/h")]), &HashMap::new()).unwrap();
+        assert!(c.require_bridge_dir);
+        let e = c.check_bridge_dir().unwrap_err().to_string();
+        assert!(e.starts_with("--require-bridge-dir: the bridge socket's directory"), "{e}");
+        assert!(e.contains("compose.agent.yml"), "{e}");
+        std::fs::create_dir_all(&dir).unwrap();
+        let checked = c.check_bridge_dir();
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(checked.is_ok(), "{checked:?}");
+    }
+
+    #[test]
+    fn the_command_line_takes_a_healthcheck_and_the_flags() {
+        let args = Args::try_parse_from(["mcp-front", "healthcheck", "--addr", "127.0.0.1:9"]).unwrap();
+        assert!(matches!(args.command, Some(Command::Healthcheck { addr: Some(a) }) if a.port() == 9));
+        let args = Args::try_parse_from(["mcp-front", "--require-bridge-dir", "--listen", "0.0.0.0:8765"]).unwrap();
+        assert!(args.command.is_none() && args.require_bridge_dir);
+        let env = map(&[("SERVERFS_MCP_LISTEN", "0.0.0.0:8765")]);
+        assert_eq!(Config::resolve_listen(&Args::default(), &env, &HashMap::new()).unwrap().port(), 8765);
     }
 
     #[test]

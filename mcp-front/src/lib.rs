@@ -11,5 +11,6 @@ pub mod config;
 pub mod dotenv;
 pub mod guard;
 pub mod handler;
+pub mod healthcheck;
 pub mod quirks;
 pub mod server;

@@ -1,13 +1,17 @@
-//! The `mcp-front` binary: read the settings, start logging on stderr, serve.
+//! The `mcp-front` binary: read the settings, start logging on stderr, serve; or, with
+//! `healthcheck`, ask a running front whether it is healthy (for container health checks).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use mcp_front::config::{Args, Config};
+use mcp_front::config::{Args, Command, Config};
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Healthcheck { addr }) = args.command {
+        return healthcheck(&args, addr);
+    }
     let config = match Config::load(args) {
         Ok(config) => config,
         Err(e) => {
@@ -28,6 +32,37 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("mcp-front: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `mcp-front healthcheck`: one line on stdout (the container runtime shows it), exit 0
+/// when the front answers 200, 1 otherwise, 2 when the settings cannot be read.
+fn healthcheck(args: &Args, addr: Option<std::net::SocketAddr>) -> ExitCode {
+    use std::io::Write;
+    let target = match addr.map_or_else(|| Config::load_listen(args), Ok) {
+        Ok(listen) => mcp_front::healthcheck::target(listen),
+        Err(e) => {
+            let _ = writeln!(std::io::stdout(), "mcp-front healthcheck: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = writeln!(std::io::stdout(), "mcp-front healthcheck: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The front bounds its own bridge check to 5 s; allow for that plus the connection.
+    match runtime.block_on(mcp_front::healthcheck::check(target, std::time::Duration::from_secs(8))) {
+        Ok(body) => {
+            let _ = writeln!(std::io::stdout(), "healthy: {body}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            let _ = writeln!(std::io::stdout(), "unhealthy: {why}");
             ExitCode::FAILURE
         }
     }

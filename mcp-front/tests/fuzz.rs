@@ -18,6 +18,7 @@ fn config() -> Config {
         allowed_hosts: vec!["front.example".into()],
         allowed_origins: vec!["https://chatgpt.com".into()],
         tunnel_mode: false,
+        require_bridge_dir: false,
     }
 }
 

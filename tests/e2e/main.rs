@@ -6,6 +6,7 @@ mod claude;
 mod codex;
 mod conformance;
 mod crashloop;
+mod deploy;
 mod doctor;
 mod front;
 mod front_http;
