@@ -1,4 +1,4 @@
-//! The command line: the daemon (`serve`), configuration (`config render|check`), the
+//! The command line: the daemon (`serve`), configuration (`config render|check|example`), the
 //! operator's client commands over the socket (`keys …`, `tasks …`, `plans …`, `board …`,
 //! `guards …`, `health`), and the fake runtime's hidden child entry point. Exit codes are
 //! mapped here, in one place.
@@ -141,6 +141,8 @@ enum ConfigCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print `.env.example`: every key, grouped, with its default and meaning.
+    Example,
     /// Validate a `.env` and print the effective configuration or every refusal.
     Check {
         /// The operator's `.env`.
@@ -157,6 +159,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::FakeAgent => ExitCode::from(crate::provider::fake_agent::run().clamp(0, 255) as u8),
+        Command::Config(ConfigCommand::Example) => {
+            output::line(crate::config::example::render().trim_end());
+            Exit::Ok.into()
+        }
         Command::Config(ConfigCommand::Check { env_file, json }) => {
             match crate::config::env::from_env_file(&env_file) {
                 Ok(report) if json => {

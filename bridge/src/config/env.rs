@@ -103,6 +103,9 @@ pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Ref
     reader.refusals = unknown;
     let config = read_bridge_config(&mut reader);
     let other = read_other_settings(&mut reader);
+    if let (Some(config), Some(other)) = (&config, &other) {
+        check_container_identity(&mut reader, config, other, context);
+    }
     let refusals = std::mem::take(&mut reader.refusals);
     let (config, other) = refusals.into_result((config, other))?;
     let (Some(mut config), Some(other)) = (config, other) else {
@@ -247,7 +250,28 @@ fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
             None
         }
     };
+    let container_uid = reader.id("SERVERFS_UID");
+    let container_gid = reader.id("SERVERFS_GID");
+    let key = "SERVERFS_MCP_FRONT_IMAGE";
+    let text = reader.effective(key).unwrap_or_default();
+    let front_image = if text.is_empty() || text.contains(char::is_whitespace) || text.chars().any(char::is_control) {
+        reader.refuse(
+            key,
+            format!("{} is not an image reference such as agent-bridge/mcp-front:local", shown(key, text)),
+        );
+        None
+    } else {
+        Some(text.to_owned())
+    };
+    let publish = match reader.effective("SERVERFS_MCP_PUBLISH") {
+        Some(_) => reader.socket_addr("SERVERFS_MCP_PUBLISH").map(Some),
+        None => Some(None),
+    };
     Some(OtherSettings {
+        container_uid: container_uid?,
+        container_gid: container_gid?,
+        front_image: front_image?,
+        publish: publish?,
         bridge_socket: bridge_socket?,
         bridge_timeout_seconds: bridge_timeout?,
         mcp_listen: mcp_listen?,
@@ -256,6 +280,42 @@ fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
         allowed_origins,
         log_level: log_level?,
     })
+}
+
+/// `compose.agent.yml` runs the front's container as `SERVERFS_UID:SERVERFS_GID`, and the
+/// bridge admits only its allowed peer (`SERVERFS_AGENT_PEER_UID/GID`, or its own ids): when
+/// both are set they must agree, or every call of the containerized front would be refused
+/// with `PEER_NOT_AUTHORIZED`. (ServerFS's rule: `SERVERFS_UID == PEER_UID == the bridge
+/// user`.)
+fn check_container_identity(reader: &mut Reader<'_>, config: &BridgeConfig, other: &OtherSettings, context: &Context) {
+    for (key, kind, container, allowed, own, peer_key) in [
+        ("SERVERFS_UID", "uid", other.container_uid, config.allowed_peer_uid, context.uid, "SERVERFS_AGENT_PEER_UID"),
+        ("SERVERFS_GID", "gid", other.container_gid, config.allowed_peer_gid, context.gid, "SERVERFS_AGENT_PEER_GID"),
+    ] {
+        let Some(container) = container else { continue };
+        if kind == "uid" && container == 0 && !config.allow_root {
+            let message = "0 would run the front's container as root: use the bridge user's uid \
+                           (SERVERFS_AGENT_ALLOW_ROOT=true allows it in a throwaway container)";
+            reader.refuse(key, message);
+            continue;
+        }
+        let admitted = allowed.unwrap_or(own);
+        if container == admitted {
+            continue;
+        }
+        let whose = match allowed {
+            Some(_) => peer_key.to_owned(),
+            None => format!("the bridge's own; set {peer_key} to admit another"),
+        };
+        reader.refuse(
+            key,
+            format!(
+                "the front's container would run as {kind} {container}, but the bridge admits only {kind} \
+                 {admitted} ({whose}): set {key}={admitted}, or leave it empty when the front runs \
+                 outside a container"
+            ),
+        );
+    }
 }
 
 /// Re-checks the rules a loaded JSON config must satisfy; field paths name the culprits.

@@ -29,6 +29,8 @@ pub enum Group {
     Front,
     /// How `mcp-front` callers are authenticated.
     Auth,
+    /// How compose runs the front's container (`compose.yml` and its overlays).
+    Compose,
     /// The local web board.
     Board,
     /// Where the agent CLIs live.
@@ -184,7 +186,7 @@ pub static KEYS: &[KeySpec] = &[
         "SERVERFS_AGENT_BRIDGE_SOCKET",
         None,
         Group::Front,
-        "The bridge socket's path as mcp-front sees it (inside its container when it runs in one).",
+        "The bridge socket's path for an mcp-front on the host; empty = the socket directory's bridge.sock.",
     ),
     ours(
         "SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS",
@@ -222,6 +224,30 @@ pub static KEYS: &[KeySpec] = &[
         Some("operator"),
         Group::Auth,
         "In tunnel mode, that principal's role: viewer, operator or admin.",
+    ),
+    ours(
+        "SERVERFS_UID",
+        None,
+        Group::Compose,
+        "The front container's uid: the bridge user's (id -u); empty = 10001, for compose.yml alone.",
+    ),
+    ours(
+        "SERVERFS_GID",
+        None,
+        Group::Compose,
+        "The front container's gid: the bridge user's (id -g); empty = 10001, for compose.yml alone.",
+    ),
+    ours(
+        "SERVERFS_MCP_FRONT_IMAGE",
+        Some("agent-bridge/mcp-front:local"),
+        Group::Compose,
+        "The image compose runs the front from, and the tag it gives a build of mcp-front/Dockerfile.",
+    ),
+    ours(
+        "SERVERFS_MCP_PUBLISH",
+        None,
+        Group::Compose,
+        "Where compose.publish.yml publishes the front on the host (IP:port); empty = not published.",
     ),
     ours(
         "SERVERFS_BOARD_ADDR",
@@ -281,8 +307,6 @@ pub static KEYS: &[KeySpec] = &[
         "This workdir's runtimes; empty inherits SERVERFS_AGENT_RUNTIMES.",
     ),
     serverfs("SERVERFS_IMAGE", "The ServerFS container image."),
-    serverfs("SERVERFS_UID", "The ServerFS container's uid."),
-    serverfs("SERVERFS_GID", "The ServerFS container's gid."),
     serverfs("SERVERFS_AGENT_BRIDGE_ENABLED", "ServerFS's master switch for its own bridge."),
     serverfs("SERVERFS_AGENT_USE_PROXY", "ServerFS agent egress through its shared proxy."),
     serverfs("SERVERFS_CODEX_AUTOSTART", "ServerFS starting the Codex app-server daemon on demand."),

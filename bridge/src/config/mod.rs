@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod dotenv;
 pub mod env;
+pub mod example;
 pub mod keys;
 mod refusals;
 pub mod render;

@@ -32,6 +32,14 @@ pub struct IgnoredKey {
 /// Settings of `mcp-front` and the board: validated with the rest, not part of [`BridgeConfig`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtherSettings {
+    /// `SERVERFS_UID`: the uid the front's container runs as (unset: compose's default).
+    pub container_uid: Option<u32>,
+    /// `SERVERFS_GID`: the gid the front's container runs as (unset: compose's default).
+    pub container_gid: Option<u32>,
+    /// `SERVERFS_MCP_FRONT_IMAGE`: the front's container image.
+    pub front_image: String,
+    /// `SERVERFS_MCP_PUBLISH`: where `compose.publish.yml` publishes the front on the host.
+    pub publish: Option<SocketAddr>,
     /// `SERVERFS_AGENT_BRIDGE_SOCKET`: the socket's path as `mcp-front` sees it.
     pub bridge_socket: Option<PathBuf>,
     /// `SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS`: one front-to-bridge RPC.
@@ -104,6 +112,21 @@ impl fmt::Display for EnvReport {
                 c.mcp_auth.tunnel_principal,
                 c.mcp_auth.tunnel_role.as_str()
             )?,
+        }
+        writeln!(f, "compose (the front's container)")?;
+        writeln!(f, "  image:               {}", o.front_image)?;
+        match (o.container_uid, o.container_gid) {
+            (None, None) => writeln!(f, "  runs as:             (not set: 10001:10001 with compose.yml alone)")?,
+            (uid, gid) => writeln!(
+                f,
+                "  runs as:             uid {}, gid {}",
+                uid.map_or("(not set)".to_owned(), |u| u.to_string()),
+                gid.map_or("(not set)".to_owned(), |g| g.to_string())
+            )?,
+        }
+        match o.publish {
+            Some(addr) => writeln!(f, "  published on:        {addr} (with compose.publish.yml)")?,
+            None => writeln!(f, "  published on:        (not published)")?,
         }
         writeln!(f, "board")?;
         writeln!(f, "  listen:              {}", o.board_addr)?;

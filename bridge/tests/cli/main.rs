@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 mod config;
+mod example;
 mod render;
 mod serve;
 mod usage;

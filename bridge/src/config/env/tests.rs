@@ -233,13 +233,15 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
 }
 
 /// An `.env` shaped like ServerFS's own `.env.example`: its keys, its 16 slots, its tunnel and
-/// runtime sections, with slot 01 pointing at an existing directory.
+/// runtime sections, with slot 01 pointing at an existing directory, and the container
+/// identity of a ServerFS agent deployment (the login user: 1000 in the fixture; ServerFS's
+/// own default of 10001 is refused, see `the_front_container_runs_as_the_admitted_peer`).
 fn serverfs_example(workdir: &Path) -> String {
     let mut text = String::from(
         "# ServerFS MCP\n\
          SERVERFS_IMAGE=ghcr.io/ntlx/serverfs_mcp:latest\n\
          SERVERFS_LOG_LEVEL=INFO\n\
-         SERVERFS_UID=10001\nSERVERFS_GID=10001\n\
+         SERVERFS_UID=1000\nSERVERFS_GID=1000\n\
          SERVERFS_AGENT_BRIDGE_ENABLED=false\n\
          SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS=30\n\
          SERVERFS_AGENT_TASK_TIMEOUT_SECONDS=7200\n\
@@ -633,5 +635,73 @@ fn an_unreadable_file_is_refused_clearly() -> TestResult {
     let refusals = from_env_file_with(&missing, &fixture.context).err().unwrap_or_default();
     assert_eq!(refusals.0.len(), 1);
     assert!(refusals.to_string().contains("cannot read"), "{refusals}");
+    Ok(())
+}
+
+#[test]
+fn the_front_container_runs_as_the_admitted_peer() -> TestResult {
+    let fixture = Fixture::new()?;
+    // The fixture's bridge runs as 1000:1000.
+    #[rustfmt::skip]
+    let cases = [
+        ("SERVERFS_UID=10001\n", "SERVERFS_UID",
+            "the front's container would run as uid 10001, but the bridge admits only uid 1000 (the bridge's own"),
+        ("SERVERFS_GID=10001\n", "SERVERFS_GID", "set SERVERFS_GID=1000, or leave it empty"),
+        ("SERVERFS_AGENT_PEER_UID=1001\nSERVERFS_UID=1000\n", "SERVERFS_UID",
+            "admits only uid 1001 (SERVERFS_AGENT_PEER_UID)"),
+        ("SERVERFS_AGENT_PEER_GID=2000\nSERVERFS_GID=1000\n", "SERVERFS_GID", "set SERVERFS_GID=2000"),
+        ("SERVERFS_AGENT_PEER_UID=0\nSERVERFS_UID=0\n", "SERVERFS_UID", "0 would run the front's container as root"),
+        ("SERVERFS_UID=me\n", "SERVERFS_UID", "not a numeric id"),
+        ("SERVERFS_GID=-1\n", "SERVERFS_GID", "not a numeric id"),
+    ];
+    assert_cases(&fixture, &cases);
+    for text in [
+        "SERVERFS_UID=1000\nSERVERFS_GID=1000\n",
+        "SERVERFS_AGENT_PEER_UID=1001\nSERVERFS_AGENT_PEER_GID=2000\nSERVERFS_UID=1001\nSERVERFS_GID=2000\n",
+        "SERVERFS_UID=\nSERVERFS_GID=\n",
+        "SERVERFS_AGENT_ALLOW_ROOT=true\nSERVERFS_AGENT_PEER_UID=0\nSERVERFS_UID=0\n",
+    ] {
+        let report = fixture.load(text).map_err(|r| format!("{text}: {r}"))?;
+        assert!(report.to_string().contains("runs as:"), "{report}");
+    }
+    Ok(())
+}
+
+#[test]
+fn compose_settings_are_checked() -> TestResult {
+    let fixture = Fixture::new()?;
+    #[rustfmt::skip]
+    let cases = [
+        ("SERVERFS_MCP_PUBLISH=8765", "not an IP address and port"),
+        ("SERVERFS_MCP_PUBLISH=localhost:8765", "not an IP address and port"),
+        ("SERVERFS_MCP_FRONT_IMAGE=\"my image\"", "not an image reference"),
+        ("SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR=run/socket", "not an absolute path"),
+        ("SERVERFS_AGENT_LOCK_HOST_DIR=locks", "not an absolute path"),
+        ("SERVERFS_AGENT_BRIDGE_STATE_DIR=./state", "not an absolute path"),
+    ];
+    assert_own_key_refused(&fixture, &cases);
+    let report =
+        fixture.load("SERVERFS_MCP_PUBLISH=127.0.0.1:8765\nSERVERFS_MCP_FRONT_IMAGE=registry.example/front:1.2\n")?;
+    assert_eq!(report.other.publish.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:8765"));
+    assert_eq!(report.other.front_image, "registry.example/front:1.2");
+    let report = fixture.load("")?;
+    assert_eq!((report.other.publish, report.other.front_image.as_str()), (None, "agent-bridge/mcp-front:local"));
+    assert_eq!((report.other.container_uid, report.other.container_gid), (None, None));
+    Ok(())
+}
+
+/// Values are taken literally: `$HOME` or `${X}` in a value is not expanded (ServerFS's
+/// renderer does no variable expansion either), so such a path is simply not absolute.
+#[test]
+fn values_are_never_expanded() -> TestResult {
+    let fixture = Fixture::new()?;
+    let cases = [("SERVERFS_AGENT_BRIDGE_STATE_DIR=$HOME/state", "not an absolute path")];
+    // `expand` would replace `$HOME`: write the file directly.
+    for (line, expected) in cases {
+        let refusals = fixture.refusals(&format!("{line}\n"));
+        assert_refused(&refusals, "SERVERFS_AGENT_BRIDGE_STATE_DIR", expected, line);
+    }
+    let report = fixture.load(&fixture.expand("$ALPHA\nWORKDIR_01_DESCRIPTION=costs ${PRICE} or $5\n"))?;
+    assert_eq!(report.config.workdirs[0].description, "costs ${PRICE} or $5");
     Ok(())
 }
