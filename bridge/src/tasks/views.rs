@@ -87,29 +87,47 @@ pub fn event_view(e: &EventRow, correlation_id: Option<&str>) -> Value {
 }
 
 impl TaskService {
-    async fn view_of(&self, row: &TaskRow) -> Result<Value, ToolError> {
-        let pending = match &row.pending_request_id {
-            Some(id) => {
-                let id = id.clone();
-                self.inner.store.call(move |s| s.get_interaction(&id)).await?
-            }
-            None => None,
+    /// The task view, read in one trip to the store: the row, its pending interaction and the
+    /// plan step it belongs to. Anything the principal may not see is `AGENT_TASK_NOT_FOUND`.
+    async fn view(&self, principal: &Principal, task_id: &str) -> Result<(TaskRow, Value), ToolError> {
+        if !crate::ids::looks_like(task_id, "agt_") {
+            return Err(ToolError::task_not_found());
+        }
+        let id = task_id.to_owned();
+        let found = self
+            .inner
+            .store
+            .call(move |s| {
+                let Some(row) = s.get_task(&id)? else { return Ok(None) };
+                let pending = match &row.pending_request_id {
+                    Some(request) => s.get_interaction(request)?,
+                    None => None,
+                };
+                let plan = s.plan_of_task(&id)?;
+                Ok(Some((row, pending, plan)))
+            })
+            .await?;
+        let Some((row, pending, plan)) =
+            found.filter(|(row, _, _)| principal.sees_everything() || row.principal == principal.name)
+        else {
+            return Err(ToolError::task_not_found());
         };
-        let id = row.task_id.clone();
-        let plan = self.inner.store.call(move |s| s.plan_of_task(&id)).await?;
-        let mut view = task_view(row, pending.as_ref());
+        let mut view = task_view(&row, pending.as_ref());
         // A plan's step says so: its owner finds the plan from any of its tasks.
         view["plan"] = plan.map_or(Value::Null, |(plan_id, step)| json!({ "plan_id": plan_id, "step": step }));
-        Ok(view)
+        Ok((row, view))
     }
 
     /// `get_agent_task`; with `wait_seconds > 0` it returns as soon as the status or the
     /// pending interaction changes, or when the wait is over.
     pub async fn get(&self, principal: &Principal, task_id: &str, wait_seconds: u64) -> Result<Value, ToolError> {
         let inner = &self.inner;
+        if wait_seconds == 0 {
+            return Ok(self.view(principal, task_id).await?.1);
+        }
         let mut changes = inner.changes.subscribe(task_id);
-        let mut row = inner.visible_task(principal, task_id).await?;
-        if wait_seconds > 0 && !row.status.is_terminal() {
+        let (row, mut view) = self.view(principal, task_id).await?;
+        if !row.status.is_terminal() {
             let baseline = (row.status, row.pending_request_id.clone());
             let until = tokio::time::Instant::now() + Duration::from_secs(wait_seconds.min(MAX_WAIT_SECONDS));
             loop {
@@ -118,15 +136,16 @@ impl TaskService {
                     _ = tokio::time::sleep_until(until) => break,
                     _ = inner.shutdown.cancelled() => break,
                 }
-                row = inner.visible_task(principal, task_id).await?;
+                let row = inner.visible_task(principal, task_id).await?;
                 if (row.status, row.pending_request_id.clone()) != baseline {
                     break;
                 }
             }
+            view = self.view(principal, task_id).await?.1;
         }
         drop(changes);
         inner.changes.prune();
-        self.view_of(&row).await
+        Ok(view)
     }
 
     /// `read_agent_task_events`: events after the cursor, oldest first.
