@@ -628,7 +628,7 @@ pub fn marker_pids(task_id: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in dir.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Some(environ) = read_environ(pid) else { continue };
         if !environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) {
             continue;
         }
@@ -728,7 +728,11 @@ impl TestBridge {
             self.crash().await;
             assert!(started, "the provider of {id} never started:\n{}", self.log());
             // The provider runs on without its bridge: it leaves the orphan and exits.
+            // "Nothing carries the marker" must hold for several scans in a row before the
+            // attempt counts as missed: a process caught in the middle of an exec reads as
+            // having no environment for a moment.
             let limit = std::time::Instant::now() + Duration::from_secs(10);
+            let mut empty_scans = 0;
             let orphan = loop {
                 let pids = marker_pids(&id);
                 let sleepers: Vec<i32> =
@@ -736,7 +740,8 @@ impl TestBridge {
                 if pids.len() == 1 && sleepers.len() == 1 {
                     break Some(sleepers[0]);
                 }
-                if pids.is_empty() || std::time::Instant::now() > limit {
+                empty_scans = if pids.is_empty() { empty_scans + 1 } else { 0 };
+                if empty_scans >= 5 || std::time::Instant::now() > limit {
                     break None;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -747,8 +752,12 @@ impl TestBridge {
                 measured(format_args!("the orphan of {id} outlived its bridge (attempt {attempt})"));
                 return (id, pid);
             }
-            // Too early (no start line yet) or too late (already swept): start over.
+            // Too early (no start line yet) or too late (already swept): start over. Whatever
+            // of the missed attempt still runs is ended, so its guard can clear.
             self.spawn().await;
+            for pid in marker_pids(&id) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
             self.writer_idle().await;
         }
         panic!("could not crash the bridge between a provider's start and its cleanup in 20 attempts");
@@ -769,8 +778,28 @@ pub fn child_pids(pid: i32) -> Vec<i32> {
 
 /// Whether the environment of `pid` holds exactly `var` (`KEY=VALUE`).
 pub fn environ_has(pid: i32, var: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|environ| environ.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+    read_environ(pid).is_some_and(|environ| environ.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+}
+
+/// The environment of `pid`, or `None` if it cannot be read. A process in the middle of
+/// `execve` reads as having neither environment nor command line for a moment, so such a read
+/// of a live user process is retried briefly (as the bridge's own sweep does).
+pub fn read_environ(pid: i32) -> Option<Vec<u8>> {
+    for attempt in 1..=5 {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let mid_exec = || {
+            let no_cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty());
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let rest: Vec<&str> = stat[stat.rfind(')').map_or(stat.len(), |i| i + 1)..].split_whitespace().collect();
+            let kernel_thread = rest.get(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & 0x0020_0000 != 0);
+            no_cmdline && !kernel_thread && rest.first().is_some_and(|&state| state != "Z")
+        };
+        if !environ.is_empty() || attempt == 5 || !mid_exec() {
+            return Some(environ);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
 }
 
 /// The command name of `pid` (`/proc/<pid>/comm`).

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::env::BaseEnv;
@@ -183,24 +183,8 @@ impl FakeRuntime {
             }
             // Dropping stdin closes the child's input: the fake exits at EOF.
         });
-        let tail = Arc::clone(&stderr_tail);
-        let mut stderr = spawned.stderr;
-        let drain = tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                if let Ok(mut t) = tail.lock() {
-                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    let excess = t.len().saturating_sub(8192);
-                    if excess > 0 {
-                        let cut = (excess..t.len()).find(|i| t.is_char_boundary(*i)).unwrap_or(t.len());
-                        t.drain(..cut);
-                    }
-                }
-            }
-        });
+        // The fake's stderr is drained into the same bounded tail as a real CLI's.
+        let (drain, _stderr_done) = super::io::spawn_stderr(spawned.stderr, Arc::clone(&stderr_tail));
         Ok(Session { events, commands, process: spawned.process, io_tasks: vec![reader, writer, drain], stderr_tail })
     }
 }

@@ -315,12 +315,43 @@ pub fn marker_pids(task_id: &str) -> Vec<i32> {
         if pid == own {
             continue;
         }
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Some(environ) = read_environ(pid) else { continue };
         if environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) && !is_zombie(pid) {
             pids.push(pid);
         }
     }
     pids
+}
+
+/// Reads a process's environment, or `None` if it cannot be read (gone, another user's).
+///
+/// A process in the middle of `execve` reads as having neither environment nor command line
+/// for a moment (the new image's are not laid out yet): such a read is retried briefly, so a
+/// sweep never misses a marked process that happens to be exec-ing.
+fn read_environ(pid: i32) -> Option<Vec<u8>> {
+    const TRIES: usize = 5;
+    for attempt in 1..=TRIES {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        if !environ.is_empty() || attempt == TRIES || !mid_exec(pid) {
+            return Some(environ);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// Whether `pid` looks like a user process caught inside `execve`: no command line, and
+/// neither a kernel thread nor a zombie (which have none either).
+fn mid_exec(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
+        && !is_kernel_thread(pid)
+        && !is_zombie(pid)
+}
+
+/// Whether `pid` is a kernel thread (`PF_KTHREAD` in the flags, field 9 of `/proc/<pid>/stat`).
+fn is_kernel_thread(pid: i32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat_fields(pid).and_then(|f| f.get(6)?.parse::<u64>().ok()).is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
 
 fn is_zombie(pid: i32) -> bool {
@@ -346,5 +377,55 @@ pub fn leader_alive(material: &ProofMaterial) -> bool {
         (Some(now), Some(then)) => now == then && !is_zombie(material.pid),
         (Some(_), None) => !is_zombie(material.pid),
         (None, _) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marked_child_is_found_and_a_user_process_is_not_a_kernel_thread() {
+        let me = std::process::id() as i32;
+        assert!(!is_kernel_thread(me));
+        assert!(read_environ(me).is_some_and(|e| !e.is_empty()), "this test runs with an environment");
+        let task = format!("agt_unit_{me}");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env_clear()
+            .env(MARKER_VAR, &task)
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !marker_pids(&task).contains(&pid) {
+            assert!(std::time::Instant::now() < deadline, "the marked child {pid} is never found");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert!(marker_pids(&task).is_empty());
+    }
+
+    #[test]
+    fn an_empty_environment_of_a_settled_process_reads_as_empty() {
+        let mut child = std::process::Command::new("sleep").arg("30").env_clear().spawn().expect("spawn sleep");
+        let pid = child.id() as i32;
+        // Once the child has exec-ed (its command name is `sleep`), its environment is empty
+        // for good: it has a command line, so the read says so instead of retrying.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim() != "sleep").unwrap_or(true) {
+            assert!(std::time::Instant::now() < deadline, "the child never exec-ed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while mid_exec(pid) {
+            assert!(std::time::Instant::now() < deadline, "the child never finished its exec");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(read_environ(pid), Some(Vec::new()));
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert_eq!(read_environ(pid), None, "a reaped process cannot be read");
     }
 }
