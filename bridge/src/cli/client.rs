@@ -261,13 +261,7 @@ pub(super) fn show(json_mode: bool, value: &Value, text: impl FnOnce(&Value) -> 
     }
 }
 
-pub(super) fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
+pub(super) use super::output::{cell as s, listing};
 
 async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(), Failure> {
     match action {
@@ -286,24 +280,17 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
         Action::Keys(KeysCommand::List) => {
             let v = call(client, "admin_list_api_keys", json!({})).await?;
             show(json_mode, &v, |v| {
-                let rows: Vec<Vec<String>> = v["keys"]
-                    .as_array()
-                    .map(|keys| {
-                        keys.iter()
-                            .map(|k| {
-                                vec![
-                                    s(&k["name"]),
-                                    s(&k["role"]),
-                                    s(&k["key_id"]),
-                                    s(&k["workdirs"]),
-                                    s(&k["last_used_at"]),
-                                    s(&k["revoked_at"]),
-                                ]
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                output::table(&["NAME", "ROLE", "ID", "WORKDIRS", "LAST USED", "REVOKED"], &rows)
+                listing(
+                    &v["keys"],
+                    &[
+                        ("NAME", "/name"),
+                        ("ROLE", "/role"),
+                        ("ID", "/key_id"),
+                        ("WORKDIRS", "/workdirs"),
+                        ("LAST USED", "/last_used_at"),
+                        ("REVOKED", "/revoked_at"),
+                    ],
+                )
             });
         }
         Action::Keys(KeysCommand::Revoke { name }) => {
@@ -316,23 +303,16 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
         Action::Guards(GuardsCommand::List) => {
             let v = call(client, "admin_workdir_status", json!({})).await?;
             show(json_mode, &v, |v| {
-                let rows: Vec<Vec<String>> = v["workdirs"]
-                    .as_array()
-                    .map(|ws| {
-                        ws.iter()
-                            .map(|w| {
-                                vec![
-                                    s(&w["alias"]),
-                                    s(&w["state"]),
-                                    s(&w["lease_holder"]),
-                                    s(&w["guard"]["task_id"]),
-                                    s(&w["guard"]["proof"]["missing"]),
-                                ]
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                output::table(&["WORKDIR", "STATE", "LEASE HOLDER", "GUARD TASK", "MISSING PROOF"], &rows)
+                listing(
+                    &v["workdirs"],
+                    &[
+                        ("WORKDIR", "/alias"),
+                        ("STATE", "/state"),
+                        ("LEASE HOLDER", "/lease_holder"),
+                        ("GUARD TASK", "/guard/task_id"),
+                        ("MISSING PROOF", "/guard/proof/missing"),
+                    ],
+                )
             });
         }
         Action::Guards(GuardsCommand::Clear { workdir, force }) => {
@@ -365,26 +345,18 @@ async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Resul
             )
             .await?;
             show(json_mode, &v, |v| {
-                let rows: Vec<Vec<String>> = v["tasks"]
-                    .as_array()
-                    .map(|tasks| {
-                        tasks
-                            .iter()
-                            .map(|t| {
-                                vec![
-                                    s(&t["task_id"]),
-                                    s(&t["status"]),
-                                    s(&t["runtime"]),
-                                    s(&t["workdir"]),
-                                    s(&t["owner"]),
-                                    s(&t["created_at"]),
-                                    s(&t["error_code"]),
-                                ]
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                output::table(&["TASK", "STATUS", "RUNTIME", "WORKDIR", "OWNER", "CREATED", "ERROR"], &rows)
+                listing(
+                    &v["tasks"],
+                    &[
+                        ("TASK", "/task_id"),
+                        ("STATUS", "/status"),
+                        ("RUNTIME", "/runtime"),
+                        ("WORKDIR", "/workdir"),
+                        ("OWNER", "/owner"),
+                        ("CREATED", "/created_at"),
+                        ("ERROR", "/error_code"),
+                    ],
+                )
             });
         }
         TasksCommand::Show { id, wait } => {

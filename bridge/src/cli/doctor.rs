@@ -135,22 +135,17 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
     } else {
         let mut lines: Vec<String> =
             checks.iter().map(|c| format!("[{:>4}] {}: {}", c.level, c.name, c.detail)).collect();
-        let rows: Vec<Vec<String>> = workdirs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|w| {
-                vec![
-                    w["alias"].as_str().unwrap_or_default().to_owned(),
-                    w["agent_mode"].as_str().unwrap_or_default().to_owned(),
-                    w["state"].as_str().unwrap_or_default().to_owned(),
-                    w["lease_holder"].as_str().unwrap_or("-").to_owned(),
-                    w["guard"]["task_id"].as_str().unwrap_or("-").to_owned(),
-                ]
-            })
-            .collect();
         lines.push(String::new());
-        lines.push(output::table(&["WORKDIR", "MODE", "STATE", "LEASE HOLDER", "GUARD TASK"], &rows));
+        lines.push(output::listing(
+            &workdirs,
+            &[
+                ("WORKDIR", "/alias"),
+                ("MODE", "/agent_mode"),
+                ("STATE", "/state"),
+                ("LEASE HOLDER", "/lease_holder"),
+                ("GUARD TASK", "/guard/task_id"),
+            ],
+        ));
         output::line(&lines.join("\n"));
     }
     if healthy { Exit::Ok.into() } else { Exit::Failure.into() }

@@ -4,8 +4,7 @@
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::{Failure, call, s, show};
-use super::output;
+use super::client::{Failure, call, listing, s, show};
 use bridge_proto::client::Client;
 
 /// `agent-bridge plans …`
@@ -114,25 +113,17 @@ pub(super) async fn plans(client: &Client, command: PlansCommand, json_mode: boo
         PlansCommand::List { status, owner } => {
             let v = call(client, "admin_list_plans", json!({ "status": status, "owner": owner, "limit": 200 })).await?;
             show(json_mode, &v, |v| {
-                let rows: Vec<Vec<String>> = v["plans"]
-                    .as_array()
-                    .map(|plans| {
-                        plans
-                            .iter()
-                            .map(|p| {
-                                vec![
-                                    s(&p["plan_id"]),
-                                    s(&p["status"]),
-                                    s(&p["created_by"]),
-                                    s(&p["workdir"]),
-                                    s(&p["created_at"]),
-                                    s(&p["title"]),
-                                ]
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                output::table(&["PLAN", "STATUS", "CREATED BY", "WORKDIR", "CREATED", "TITLE"], &rows)
+                listing(
+                    &v["plans"],
+                    &[
+                        ("PLAN", "/plan_id"),
+                        ("STATUS", "/status"),
+                        ("CREATED BY", "/created_by"),
+                        ("WORKDIR", "/workdir"),
+                        ("CREATED", "/created_at"),
+                        ("TITLE", "/title"),
+                    ],
+                )
             });
         }
         PlansCommand::Show { id } => {
