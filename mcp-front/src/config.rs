@@ -3,7 +3,7 @@
 //!
 //! The keys are the bridge's (`SERVERFS_MCP_LISTEN`, `SERVERFS_AGENT_BRIDGE_SOCKET`,
 //! `SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS`, `SERVERFS_MCP_ALLOWED_HOSTS`,
-//! `SERVERFS_MCP_ALLOWED_ORIGINS`), so one `.env` drives both processes; the bridge's
+//! `SERVERFS_MCP_ALLOWED_ORIGINS`, `SERVERFS_LOG_LEVEL`), so one `.env` drives both processes; the bridge's
 //! `config check` validates the whole file, the front reads only these.
 
 use std::collections::HashMap;
@@ -86,6 +86,8 @@ pub struct Config {
     pub tunnel_mode: bool,
     /// Refuse to start when the socket's directory is missing (`--require-bridge-dir`).
     pub require_bridge_dir: bool,
+    /// The `tracing` level from `SERVERFS_LOG_LEVEL` (`info`); `MCP_FRONT_LOG` overrides it.
+    pub log_level: &'static str,
 }
 
 /// A setting that cannot be used.
@@ -227,6 +229,19 @@ impl Config {
             });
         }
         let tunnel_mode = get("SERVERFS_MCP_AUTH").is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        let log_level = match get("SERVERFS_LOG_LEVEL").map(str::to_ascii_uppercase).as_deref() {
+            None | Some("INFO") => "info",
+            Some("TRACE") => "trace",
+            Some("DEBUG") => "debug",
+            Some("WARN" | "WARNING") => "warn",
+            Some("ERROR") => "error",
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    key: "SERVERFS_LOG_LEVEL",
+                    message: format!("{other:?} is not a log level (use TRACE, DEBUG, INFO, WARNING or ERROR)"),
+                });
+            }
+        };
         Ok(Config {
             listen,
             bridge_socket,
@@ -235,6 +250,7 @@ impl Config {
             allowed_origins,
             tunnel_mode,
             require_bridge_dir: args.require_bridge_dir,
+            log_level,
         })
     }
 
@@ -357,5 +373,18 @@ mod tests {
         assert_eq!(c.allowed_hosts, ["mcp.example.com", "front:8765"]);
         assert_eq!(c.allowed_origins, ["https://chatgpt.com"]);
         assert!(c.tunnel_mode && c.is_loopback());
+    }
+
+    #[test]
+    fn the_log_level_is_read_in_any_case_and_a_bad_one_is_refused() {
+        let env = map(&[("HOME", "/h")]);
+        assert_eq!(Config::resolve(Args::default(), &env, &HashMap::new()).unwrap().log_level, "info");
+        let file = map(&[("SERVERFS_LOG_LEVEL", "Warning")]);
+        assert_eq!(Config::resolve(Args::default(), &env, &file).unwrap().log_level, "warn");
+        let env = map(&[("HOME", "/h"), ("SERVERFS_LOG_LEVEL", "debug")]);
+        assert_eq!(Config::resolve(Args::default(), &env, &file).unwrap().log_level, "debug");
+        let env = map(&[("HOME", "/h"), ("SERVERFS_LOG_LEVEL", "loud")]);
+        let refused = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap_err().to_string();
+        assert!(refused.starts_with("SERVERFS_LOG_LEVEL:") && refused.contains("LOUD"), "{refused}");
     }
 }

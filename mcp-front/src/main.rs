@@ -15,12 +15,12 @@ fn main() -> ExitCode {
     let config = match Config::load(args) {
         Ok(config) => config,
         Err(e) => {
-            init_tracing();
+            init_tracing("info");
             tracing::error!("mcp-front: {e}");
             return ExitCode::from(2);
         }
     };
-    init_tracing();
+    init_tracing(config.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -68,10 +68,14 @@ fn healthcheck(args: &Args, addr: Option<std::net::SocketAddr>) -> ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs on stderr at `level` (`SERVERFS_LOG_LEVEL`; the SDK's own chatter at `warn` at most),
+/// unless `MCP_FRONT_LOG` holds a filter.
+fn init_tracing(level: &str) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_FRONT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_FRONT_LOG").unwrap_or_else(|_| {
+        let sdk = if matches!(level, "error") { "error" } else { "warn" };
+        tracing_subscriber::EnvFilter::new(format!("{level},rmcp={sdk}"))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -19,6 +19,7 @@ fn config() -> Config {
         allowed_origins: vec!["https://chatgpt.com".into()],
         tunnel_mode: false,
         require_bridge_dir: false,
+        log_level: "info",
     }
 }
 

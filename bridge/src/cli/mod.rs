@@ -235,7 +235,7 @@ fn serve(source: ConfigSource) -> ExitCode {
         Ok(c) => c,
         Err(message) => return refuse(&message),
     };
-    init_tracing();
+    init_tracing(config.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -286,9 +286,10 @@ pub fn embedded_default() -> Result<crate::config::BridgeConfig, String> {
     crate::config::env::from_pairs(&entries, &context).map(|r| r.config).map_err(|r| r.to_string())
 }
 
-fn init_tracing() {
+/// Logs on stderr at `level` (`SERVERFS_LOG_LEVEL`), unless `AGENT_BRIDGE_LOG` holds a filter.
+fn init_tracing(level: crate::config::LogLevel) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_BRIDGE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.directive()));
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)

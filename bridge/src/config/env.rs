@@ -16,7 +16,7 @@ pub use super::refusals::{Refusal, Refusals};
 pub use super::report::{EnvReport, IgnoredKey, IgnoredKind, OtherSettings};
 use super::values::{MAX_HOURS, MAX_SECONDS, Reader, shown};
 use super::workdirs::{self, GlobalPolicy};
-use super::{BridgeConfig, Limits, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role};
+use super::{BridgeConfig, Limits, LogLevel, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role};
 
 /// Where the values are read: what `~/` means and who the bridge runs as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +115,7 @@ pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Ref
     };
     // The bridge serves the board itself: the address is read once, with the other settings.
     config.board_addr = other.board_addr;
+    config.log_level = other.log_level;
     check_rules(&config)?;
     Ok(EnvReport { config, other, ignored, own_uid: context.uid, own_gid: context.gid })
 }
@@ -154,6 +155,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         claude,
         workdirs,
         board_addr: super::default_board_addr(),
+        log_level: LogLevel::default(),
     })
 }
 
@@ -242,14 +244,11 @@ fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
     }
     let key = "SERVERFS_LOG_LEVEL";
     let text = reader.effective(key).unwrap_or("INFO");
-    let log_level = match text.to_ascii_uppercase().as_str() {
-        level @ ("TRACE" | "DEBUG" | "INFO" | "WARN" | "WARNING" | "ERROR") => Some(level.to_owned()),
-        _ => {
-            let message = format!("{} is not a log level (use TRACE, DEBUG, INFO, WARNING or ERROR)", shown(key, text));
-            reader.refuse(key, message);
-            None
-        }
-    };
+    let log_level = LogLevel::parse(text);
+    if log_level.is_none() {
+        let message = format!("{} is not a log level (use TRACE, DEBUG, INFO, WARNING or ERROR)", shown(key, text));
+        reader.refuse(key, message);
+    }
     let container_uid = reader.id("SERVERFS_UID");
     let container_gid = reader.id("SERVERFS_GID");
     let key = "SERVERFS_MCP_FRONT_IMAGE";

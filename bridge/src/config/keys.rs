@@ -279,7 +279,12 @@ pub static KEYS: &[KeySpec] = &[
         Group::Runtimes,
         "Claude Code's configuration directory; empty means its own default.",
     ),
-    ours("SERVERFS_LOG_LEVEL", Some("INFO"), Group::Logging, "Log level: TRACE, DEBUG, INFO, WARNING or ERROR."),
+    ours(
+        "SERVERFS_LOG_LEVEL",
+        Some("INFO"),
+        Group::Logging,
+        "Log level of the bridge and of mcp-front: TRACE, DEBUG, INFO, WARNING or ERROR.",
+    ),
     ours(
         "WORKDIR_NN_ALIAS",
         None,

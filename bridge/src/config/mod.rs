@@ -52,6 +52,65 @@ pub struct BridgeConfig {
     /// address actually bound. Configs rendered before the board existed load with the default.
     #[serde(default = "default_board_addr")]
     pub board_addr: std::net::SocketAddr,
+    /// How much the daemon logs (`SERVERFS_LOG_LEVEL`, INFO). `AGENT_BRIDGE_LOG` in the
+    /// environment, a full `tracing` filter, overrides it for one run. Configs rendered before
+    /// the bridge read it load with INFO.
+    #[serde(default)]
+    pub log_level: LogLevel,
+}
+
+/// `SERVERFS_LOG_LEVEL`: the daemon's log level, spelled as ServerFS spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum LogLevel {
+    /// Everything, including each socket call.
+    Trace,
+    /// Diagnostics.
+    Debug,
+    /// Lifecycle events (the default).
+    #[default]
+    Info,
+    /// Problems only (`WARN` is read as well).
+    #[serde(alias = "WARN")]
+    Warning,
+    /// Failures only.
+    Error,
+}
+
+impl LogLevel {
+    /// Reads `TRACE`, `DEBUG`, `INFO`, `WARN`/`WARNING` or `ERROR`, in any case.
+    pub fn parse(text: &str) -> Option<LogLevel> {
+        match text.to_ascii_uppercase().as_str() {
+            "TRACE" => Some(LogLevel::Trace),
+            "DEBUG" => Some(LogLevel::Debug),
+            "INFO" => Some(LogLevel::Info),
+            "WARN" | "WARNING" => Some(LogLevel::Warning),
+            "ERROR" => Some(LogLevel::Error),
+            _ => None,
+        }
+    }
+
+    /// The name as the `.env` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "TRACE",
+            LogLevel::Debug => "DEBUG",
+            LogLevel::Info => "INFO",
+            LogLevel::Warning => "WARNING",
+            LogLevel::Error => "ERROR",
+        }
+    }
+
+    /// The `tracing` filter directive.
+    pub fn directive(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warning => "warn",
+            LogLevel::Error => "error",
+        }
+    }
 }
 
 /// The board's default address.

@@ -176,6 +176,7 @@ mod tests {
                 runtimes: vec![RuntimeName::Fake],
             }],
             board_addr: crate::config::default_board_addr(),
+            log_level: crate::config::LogLevel::Warning,
         }
     }
 
@@ -220,8 +221,8 @@ mod tests {
         Ok(())
     }
 
-    /// A config rendered before the board existed has no `board_addr`: it loads with the
-    /// default address.
+    /// A config rendered before the board existed has no `board_addr`, one rendered before the
+    /// log level was read has no `log_level`: each loads with its default.
     #[test]
     fn a_config_rendered_before_the_board_loads_with_its_default() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
@@ -232,6 +233,15 @@ mod tests {
         let loaded = crate::config::load_json(&output)?;
         assert_eq!(loaded.board_addr, crate::config::default_board_addr());
         assert_eq!(loaded, sample(dir.path()));
+
+        value.as_object_mut().ok_or("an object")?.remove("log_level");
+        std::fs::write(&output, value.to_string())?;
+        assert_eq!(crate::config::load_json(&output)?.log_level, crate::config::LogLevel::Info);
+
+        value["log_level"] = "LOUD".into();
+        std::fs::write(&output, value.to_string())?;
+        let refused = crate::config::load_json(&output).expect_err("an unknown level is refused");
+        assert!(refused.to_string().contains("LOUD"), "{refused}");
         Ok(())
     }
 

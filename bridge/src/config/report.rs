@@ -52,8 +52,8 @@ pub struct OtherSettings {
     pub allowed_hosts: Vec<String>,
     /// `SERVERFS_MCP_ALLOWED_ORIGINS`.
     pub allowed_origins: Vec<String>,
-    /// `SERVERFS_LOG_LEVEL`, upper-cased.
-    pub log_level: String,
+    /// `SERVERFS_LOG_LEVEL` (also copied into the bridge's config).
+    pub log_level: super::LogLevel,
 }
 
 /// The outcome of a valid `.env`.
@@ -133,7 +133,7 @@ impl fmt::Display for EnvReport {
         writeln!(f, "runtimes")?;
         write_runtime(f, "codex", &c.codex)?;
         write_runtime(f, "claude", &c.claude)?;
-        writeln!(f, "log level:             {}", o.log_level)?;
+        writeln!(f, "log level:             {}", o.log_level.as_str())?;
         writeln!(f, "workdirs")?;
         if c.workdirs.is_empty() {
             writeln!(f, "  (none)")?;

@@ -101,7 +101,8 @@ fn an_empty_env_gives_the_defaults() -> TestResult {
     assert_eq!(report.other.mcp_listen.to_string(), "127.0.0.1:8765");
     assert_eq!(report.other.board_addr.to_string(), "127.0.0.1:7878");
     assert_eq!(report.other.bridge_timeout_seconds, 30);
-    assert_eq!(report.other.log_level, "INFO");
+    assert_eq!(report.other.log_level, LogLevel::Info);
+    assert_eq!(report.config.log_level, LogLevel::Info);
     assert!(report.ignored.is_empty());
     Ok(())
 }
@@ -184,6 +185,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
         },
         claude: RuntimeBinary { bin: Some(home.join(".local/bin/claude")), home: Some(PathBuf::from("/opt/claude")) },
         board_addr: "[::1]:7000".parse()?,
+        log_level: LogLevel::Debug,
         workdirs: vec![
             Workdir {
                 slot: 1,
@@ -222,7 +224,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
     assert_eq!(other.board_addr.to_string(), "[::1]:7000");
     assert_eq!(other.allowed_hosts, vec!["mcp.example.com", "localhost"]);
     assert_eq!(other.allowed_origins, vec!["https://chatgpt.com", "https://claude.ai"]);
-    assert_eq!(other.log_level, "DEBUG");
+    assert_eq!(other.log_level, LogLevel::Debug);
     assert!(report.ignored.is_empty());
 
     let shown = report.to_string();
