@@ -201,3 +201,48 @@ async fn a_person_approves_a_plan_and_answers_an_approval_in_a_real_browser() {
     );
     e2e::measured(format_args!("board screenshots in {}", shots.display()));
 }
+
+#[tokio::test]
+async fn a_long_timeline_is_read_page_by_page() {
+    let b = TestBridge::start().await;
+    let (token, addr) = token(&b);
+    let cookie = login(&addr, &token);
+    let id = b.submit("events:1100").await;
+    assert_eq!(b.wait_terminal(&id).await["status"], "succeeded");
+    let total = b.all_events(&id).await.len();
+    assert!(total > 1100, "{total} events");
+    let page = |path: &str| {
+        let r = http(&addr, "GET", path, &[("Cookie", cookie.as_str())], "");
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        r.body
+    };
+    let rows = |body: &str| body.matches("<td><code>").count();
+    let later = |body: &str| {
+        let at = body.find("Later events")?;
+        let href = body[..at].rfind("href=\"")? + "href=\"".len();
+        Some(body[href..].split('"').next()?.replace("&amp;", "&"))
+    };
+
+    let mut path = format!("/tasks/{id}");
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let body = page(&path);
+        pages += 1;
+        seen.push(rows(&body));
+        assert!(body.contains("event 1 of 1100") == (pages == 1), "page {pages} shows the first event or not");
+        match later(&body) {
+            Some(next) => {
+                assert_eq!(rows(&body), 500, "a full page before a link to the next");
+                path = next;
+            }
+            None => {
+                assert!(body.contains("emitted 1100 events") || body.contains("event 1100 of 1100"), "the last page");
+                break;
+            }
+        }
+        assert!(pages < 10, "the pages never end: {seen:?}");
+    }
+    assert_eq!(seen.iter().sum::<usize>(), total, "every event on exactly one page: {seen:?}");
+    assert_eq!(pages, total.div_ceil(500), "{seen:?}");
+}

@@ -15,6 +15,9 @@ use crate::model::TaskStatus;
 
 type Q = Vec<(String, String)>;
 
+/// Events shown on one page of a task's timeline.
+const TIMELINE_PAGE: usize = 500;
+
 fn query<'a>(q: &'a Q, name: &str) -> Option<&'a str> {
     q.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
 }
@@ -126,7 +129,12 @@ pub fn urlencode(s: &str) -> String {
 }
 
 /// `GET /tasks/{id}`.
-pub async fn task(State(board): State<Board>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+pub async fn task(
+    State(board): State<Board>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<Q>,
+) -> Response {
     let Some(authed) = board.session(&headers) else { return to_login() };
     let t = match board.call("get_agent_task", json!({ "task_id": id })).await {
         Ok(t) => t,
@@ -197,8 +205,21 @@ pub async fn task(State(board): State<Board>, headers: HeaderMap, Path(id): Path
         }
     }
     body.push_str("<h2>Timeline</h2>");
-    match board.call("read_agent_task_events", json!({ "task_id": id, "limit": 500 })).await {
-        Ok(v) => body.push_str(&timeline(v["events"].as_array().map(Vec::as_slice).unwrap_or(&[]))),
+    // A page of events at a time: `?after=N` shows those after event N.
+    let after = query(&q, "after").and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
+    let args = json!({ "task_id": id, "after_event_id": after, "limit": TIMELINE_PAGE });
+    match board.call("read_agent_task_events", args).await {
+        Ok(v) => {
+            let events = v["events"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            if after > 0 {
+                html!(body, "<p><a href=\"/tasks/{}\">← From the first event</a></p>", urlencode(&id));
+            }
+            body.push_str(&timeline(events));
+            if events.len() == TIMELINE_PAGE {
+                let next = v["next_after_event_id"].as_u64().unwrap_or(after);
+                html!(body, "<p><a href=\"/tasks/{}?after={}\">Later events →</a></p>", urlencode(&id), next);
+            }
+        }
         Err(e) => html!(body, "<div class=\"error\"><code>{}</code>: {}</div>", e.code, e.message),
     }
     html_response(StatusCode::OK, html::page(&frame, &body))
