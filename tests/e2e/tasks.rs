@@ -268,13 +268,13 @@ async fn cancel_is_persisted_first_repeat_safe_and_releases_the_lease_after_clea
     // A provider that ignores the interrupt: the task is cancelled at once, the lease is held
     // until the provider is stopped, and its late result is discarded.
     b.writer_idle().await;
-    let stubborn = b.submit("ignore-interrupt:3").await;
+    let stubborn = b.submit("ignore-interrupt:10").await;
     b.wait_status(&stubborn, "running").await;
     let started = Instant::now();
     let c = b.call("cancel_agent_task", json!({ "task_id": stubborn })).await.expect("cancel");
     assert_eq!(c["status"], "cancelled");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(5),
         "cancel does not wait for the provider: {:?}",
         started.elapsed()
     );
@@ -367,14 +367,15 @@ async fn long_poll_wakes_on_a_change_and_times_out_otherwise() {
     assert_eq!(same["status"], "waiting_for_approval", "{same:#}");
     assert_eq!(same["pending_request"]["request_id"], rid.as_str());
     assert!(
-        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
         "an unchanged 1 s wait took {waited:?}"
     );
     assert!(
         woke_after >= Duration::from_millis(900),
         "the long poll returned before anything changed: {woke_after:?} {woken:#}"
     );
-    assert!(woke_after < Duration::from_secs(8), "the long poll did not wake on the change: {woke_after:?}");
+    // Far under the 20 s the poll would otherwise wait (bounds wide for a loaded machine).
+    assert!(woke_after < Duration::from_secs(14), "the long poll did not wake on the change: {woke_after:?}");
     assert_ne!(woken["status"], "waiting_for_approval", "{woken:#}");
     assert!(woken["pending_request"].is_null(), "{woken:#}");
     assert_eq!(b.wait_terminal(&id).await["status"], "succeeded");
@@ -383,7 +384,7 @@ async fn long_poll_wakes_on_a_change_and_times_out_otherwise() {
     let started = Instant::now();
     let v = b.call("get_agent_task", json!({ "task_id": id, "wait_seconds": 20 })).await.expect("poll");
     assert_eq!(v["status"], "succeeded");
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(10), "a terminal task waited: {:?}", started.elapsed());
 }
 
 #[tokio::test]
