@@ -314,7 +314,7 @@ async fn cancel_returns_at_once_when_the_interrupt_never_returns_and_the_guard_w
     let c = b.call("cancel_agent_task", json!({ "task_id": id })).await.expect("cancel");
     let took = started.elapsed();
     assert_eq!(c["status"], "cancelled");
-    assert!(took < Duration::from_secs(2), "cancel waited for the provider: {took:?}");
+    assert!(took < Duration::from_secs(5), "cancel waited for the provider (bounded at 10 s): {took:?}");
     e2e::measured(format_args!("§14.3: cancel returned in {took:?}"));
     assert_eq!(b.get(&id).await["status"], "cancelled");
     assert!(alive(provider));
@@ -352,7 +352,7 @@ async fn approval_cancel_task_cancels_at_once_and_a_frozen_provider_is_killed_be
     let r = respond(&b, &id, &rid, "cancel_task").await.expect("cancel_task");
     let took = started.elapsed();
     assert_eq!(r["status"], "cancelled", "{r:#}");
-    assert!(took < Duration::from_secs(2), "the approval RPC waited for the provider: {took:?}");
+    assert!(took < Duration::from_secs(5), "the approval RPC waited for the provider (bounded at 10 s): {took:?}");
     e2e::measured(format_args!("§14.4: respond_agent_approval(cancel_task) returned in {took:?}"));
     let now = b.get(&id).await;
     assert_eq!(now["status"], "cancelled", "{now:#}");
