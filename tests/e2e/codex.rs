@@ -253,3 +253,70 @@ async fn codex_command_output_keeps_a_long_command_alive_under_the_idle_timeout(
     assert!(outputs.iter().all(|e| e["payload"]["item"] == 1), "{outputs:?}");
     assert!(outputs.last().unwrap()["payload"]["output"].as_str().unwrap().contains("tick"), "{outputs:?}");
 }
+
+/// A directory outside every root Codex's `workspace-write` sandbox may write without asking
+/// (the workspace, `/tmp` and `$TMPDIR`): a fresh one under the build's target directory, or
+/// under `$HOME` when the checkout itself lies in a temporary directory. Removed on drop.
+fn outside_the_writable_roots() -> tempfile::TempDir {
+    let temporary: Vec<std::path::PathBuf> =
+        [Some(std::path::PathBuf::from("/tmp")), std::env::var_os("TMPDIR").map(Into::into)]
+            .into_iter()
+            .flatten()
+            .collect();
+    let candidates =
+        [Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))), std::env::var_os("HOME").map(Into::into)];
+    let base = candidates
+        .into_iter()
+        .flatten()
+        .find(|c| !temporary.iter().any(|t| c.starts_with(t)))
+        .expect("neither the target directory nor $HOME lies outside /tmp and $TMPDIR");
+    std::fs::create_dir_all(&base).expect("create the base directory");
+    tempfile::Builder::new().prefix("codex-outside-").tempdir_in(base).expect("a directory outside the sandbox")
+}
+
+#[tokio::test]
+async fn codex_file_change_inside_is_applied_and_outside_asks_first() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    // Inside the workdir, Codex applies the patch itself: no question, the change is reported.
+    let id = r.submit("APPLY_PATCH: inside.txt").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert_eq!(std::fs::read_to_string(r.ws.join("inside.txt")).unwrap(), "patched\n");
+    let events = r.b.all_events(&id).await;
+    assert!(!event_types(&events).iter().any(|t| t == "approval.requested"), "{events:#?}");
+    let finished = events.iter().find(|e| e["event_type"] == "file_change.finished").expect("file_change.finished");
+    assert_eq!(finished["payload"]["changes"], json!([{ "kind": "add", "path": "inside.txt" }]), "{finished:#}");
+    assert_eq!(finished["payload"]["status"], "completed");
+
+    // Outside the writable roots Codex asks; the request names no host path.
+    let outside = outside_the_writable_roots();
+    let approved = outside.path().join("approved.txt");
+    let id = r.submit(&format!("APPLY_PATCH: {}", approved.display())).await;
+    let (rid, payload) = r.pending(&id).await;
+    assert_eq!(payload["category"], "file_change", "{payload:#}");
+    let decisions = payload["available_decisions"].as_array().unwrap();
+    assert!(decisions.contains(&json!("approve_once")) && decisions.contains(&json!("deny")), "{payload:#}");
+    let shown =
+        r.b.get(&id).await.to_string() + &r.b.all_events(&id).await.iter().map(|e| e.to_string()).collect::<String>();
+    assert!(!shown.contains(&outside.path().display().to_string()), "a host path reached the caller: {shown}");
+    assert!(!approved.exists(), "applied before the answer");
+    r.respond(&id, &rid, "approve_once").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert_eq!(std::fs::read_to_string(&approved).unwrap(), "patched\n");
+    let types = event_types(&r.b.all_events(&id).await);
+    for expected in ["file_change.started", "approval.requested", "approval.resolved", "file_change.finished"] {
+        assert!(types.iter().any(|t| t == expected), "no {expected} in {types:?}");
+    }
+
+    let denied = outside.path().join("denied.txt");
+    let id = r.submit(&format!("APPLY_PATCH: {}", denied.display())).await;
+    let (rid, _) = r.pending(&id).await;
+    r.respond(&id, &rid, "deny").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(!denied.exists(), "a denied change was applied");
+    let finished = r.b.all_events(&id).await.into_iter().find(|e| e["event_type"] == "file_change.finished");
+    let finished = finished.expect("file_change.finished");
+    assert_eq!(finished["payload"]["status"], "declined", "{finished:#}");
+}

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `RUN_SHELL:<cmd>` | an `exec_command` call running `<cmd>` in the sandbox |
 //! | `RUN_ESCALATED:<cmd>` | an `exec_command` call asking to run `<cmd>` outside the sandbox (Codex asks for approval) |
+//! | `APPLY_PATCH:<path>` | an `exec_command` call running `apply_patch` that adds `<path>` with the line `patched` (Codex applies it itself, asking first when the path is outside the writable roots) |
 //! | `ASK_USER` | a `request_user_input` call with one question (`color`: Blue / Red) |
 //! | `SLOW` | an answer streamed over about four seconds |
 //! | `SAY:<text>` | `<text>` |
@@ -90,6 +91,10 @@ fn reply(request: &Request) -> Reply {
     }
     let prompt = last_user_text(request);
     if let Some(cmd) = after(&prompt, "RUN_SHELL:") {
+        return call(n, "exec_command", json!({ "cmd": cmd, "yield_time_ms": 30000 }));
+    }
+    if let Some(path) = after(&prompt, "APPLY_PATCH:") {
+        let cmd = format!("apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: {path}\n+patched\n*** End Patch\nEOF\n");
         return call(n, "exec_command", json!({ "cmd": cmd, "yield_time_ms": 30000 }));
     }
     if let Some(cmd) = after(&prompt, "RUN_ESCALATED:") {
