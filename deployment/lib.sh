@@ -29,6 +29,12 @@ die() {
     exit 1
 }
 
+# Prints the calling script's header comment (its usage) and exits 0.
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+}
+
 # Refuses root unless the script was given --allow-root (throwaway containers and CI).
 refuse_root() {
     local allowed=$1

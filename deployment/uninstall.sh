@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     --purge) purge=true; shift ;;
     --no-systemd) NO_SYSTEMD=true; shift ;;
     --allow-root) allow_root=true; shift ;;
-    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) usage ;;
     *) die "unknown option $1 (see --help)" ;;
     esac
 done

@@ -57,13 +57,12 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
         assert!(n > 0, "the connection closed before the headers ended");
         raw.extend_from_slice(&buf[..n]);
     };
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut payload = raw[split + 4..].to_vec();
-    let lower = head.to_ascii_lowercase();
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
     let length =
-        lower.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
-    let chunked = lower.contains("transfer-encoding: chunked");
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
+    let chunked = head.contains("transfer-encoding: chunked");
     loop {
+        let payload = &raw[split + 4..];
         let complete = match length {
             Some(len) => payload.len() >= len,
             None if chunked => payload.ends_with(b"0\r\n\r\n"),
@@ -76,32 +75,14 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
         if n == 0 {
             break;
         }
-        payload.extend_from_slice(&buf[..n]);
+        raw.extend_from_slice(&buf[..n]);
     }
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).expect("status");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked")) {
-        payload = dechunk(&payload);
+    let reply = crate::front::parse_reply(&raw);
+    HttpResponse {
+        status: reply.status,
+        headers: reply.headers,
+        body: String::from_utf8_lossy(&reply.body).into_owned(),
     }
-    HttpResponse { status, headers, body: String::from_utf8_lossy(&payload).into_owned() }
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(end) = data.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let start = end + 2;
-        out.extend_from_slice(&data[start..(start + size).min(data.len())]);
-        data = &data[(start + size + 2).min(data.len())..];
-    }
-    out
 }
 
 /// Decodes standard base64 (padding optional, whitespace ignored).

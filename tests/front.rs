@@ -177,7 +177,8 @@ pub async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
     tokio::time::timeout(Duration::from_secs(30), work).await.expect("the front answered within 30 s")
 }
 
-fn parse_reply(raw: &[u8]) -> HttpReply {
+/// Parses a whole HTTP/1.1 answer (head and body, a chunked body decoded).
+pub(crate) fn parse_reply(raw: &[u8]) -> HttpReply {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
