@@ -47,14 +47,16 @@ pub fn provider_stopped(guard: &GuardRow) -> bool {
 
 /// What is known about the provider behind a guard (blocking: reads `/proc`).
 pub fn guard_proof(guard: &GuardRow) -> Value {
-    let material = guard.proof_json.as_deref().and_then(parse_proof);
+    // The same rule as `provider_stopped`, from one read of `/proc`, so the fields agree.
+    let material = guard.proof_json.as_deref().and_then(parse_proof).filter(|m| m.marker == guard.task_id);
+    let unreadable = guard.proof_json.is_some() && material.is_none();
     let leader = material.as_ref().map(|m| (m.pid, leader_alive(m)));
     let markers = marker_pids(&guard.task_id);
-    let proven = provider_stopped(guard);
+    let proven = !unreadable && !leader.is_some_and(|(_, alive)| alive) && markers.is_empty();
     let missing = if proven {
         None
-    } else if guard.proof_json.is_some() && material.is_none() {
-        Some("the recorded proof material is unreadable".to_owned())
+    } else if unreadable {
+        Some("the recorded proof material is unreadable or names another task".to_owned())
     } else if leader.is_some_and(|(_, alive)| alive) {
         Some("the provider's process group leader still runs".to_owned())
     } else {
