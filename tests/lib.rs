@@ -202,6 +202,11 @@ impl TestBridge {
         }
     }
 
+    /// Sets a variable in the bridge process's environment for its next start.
+    pub fn set_var(&mut self, name: &str, value: &str) {
+        self.vars.push((name.to_owned(), value.to_owned()));
+    }
+
     /// The canonical temporary directory everything lives in (a host path that must never
     /// reach a caller).
     pub fn root(&self) -> PathBuf {

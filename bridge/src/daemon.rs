@@ -71,7 +71,21 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     let self_exe = std::env::current_exe().context("cannot find the bridge executable")?;
     let base_env = BaseEnv::capture();
     let home = base_env.get("HOME").map(std::path::PathBuf::from);
-    let providers = Providers::new(&config, self_exe, base_env);
+    let (detect_config, detect_env) = (Arc::clone(&config), base_env.clone());
+    let containment =
+        tokio::task::spawn_blocking(move || crate::provider::sandbox::Containment::detect(&detect_config, &detect_env))
+            .await
+            .context("the sandbox check did not finish")?
+            .map_err(anyhow::Error::msg)
+            .context("SERVERFS_AGENT_SANDBOX")?;
+    if containment.contained() {
+        tracing::info!(sandbox = %containment.operator_json(), "tasks run in the bubblewrap sandbox");
+    } else if config.sandbox.mode == crate::config::SandboxMode::Required {
+        tracing::error!(sandbox = %containment.operator_json(), "SERVERFS_AGENT_SANDBOX=required and the sandbox cannot run: every task will be refused");
+    } else {
+        tracing::warn!(sandbox = %containment.operator_json(), "tasks run WITHOUT a sandbox: their processes can reach the bridge's files as your user");
+    }
+    let providers = Providers::new(&config, self_exe, base_env, containment);
     let tasks = TaskService::new(
         Arc::clone(&config),
         Arc::clone(&store),
@@ -82,6 +96,10 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         home,
     );
     tasks.reconcile_at_startup().await.context("startup reconciliation failed")?;
+    // No task runs yet, and every sandbox died with the previous bridge: their private /tmp
+    // directories go.
+    let state_dir = config.state_dir.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::provider::sandbox::sweep_private_tmps(&state_dir, &[])).await;
     // After the tasks: every task a previous bridge left is interrupted by now, so a plan
     // whose step was in flight ends with it and no step is ever run twice.
     let plans =

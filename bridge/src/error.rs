@@ -5,7 +5,7 @@ use crate::store::StoreError;
 
 /// Tool error codes (the ServerFS names where it had one).
 pub mod code {
-    pub use bridge_proto::codes::{INVALID_ARGUMENT, UNAUTHENTICATED, UNKNOWN_TOOL};
+    pub use bridge_proto::codes::{INVALID_ARGUMENT, PEER_NOT_AUTHORIZED, UNAUTHENTICATED, UNKNOWN_TOOL};
     /// An unexpected internal failure (details are logged, not returned).
     pub const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
     /// Unknown workdir alias (or one outside the caller's allowlist).
@@ -62,6 +62,8 @@ pub mod code {
     pub const INVALID_RESULT_OFFSET: &str = "INVALID_RESULT_OFFSET";
     /// `max_bytes` cannot hold the next character.
     pub const INVALID_RESULT_LIMIT: &str = "INVALID_RESULT_LIMIT";
+    /// `SERVERFS_AGENT_SANDBOX=required` and the task sandbox cannot run on this machine.
+    pub const AGENT_SANDBOX_UNAVAILABLE: &str = "AGENT_SANDBOX_UNAVAILABLE";
     /// Unknown request id on that task.
     pub const REQUEST_NOT_FOUND: &str = "REQUEST_NOT_FOUND";
     /// The request was already answered.

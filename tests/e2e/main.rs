@@ -5,6 +5,7 @@ mod board;
 mod claude;
 mod codex;
 mod conformance;
+mod containment;
 mod crashloop;
 mod deploy;
 mod doctor;

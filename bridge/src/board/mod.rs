@@ -85,7 +85,7 @@ impl Board {
             arguments,
         };
         // The peer never matters on the board surface; this one matches no uid.
-        self.inner.registry.call(params, Peer { uid: u32::MAX, gid: u32::MAX }).await
+        self.inner.registry.call(params, &Peer::outside(u32::MAX, u32::MAX)).await
     }
 
     fn now(&self) -> i64 {

@@ -105,6 +105,17 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
             false
         }
     };
+    let containment = match &health {
+        Ok(h) => h["containment"].clone(),
+        // The bridge is down: the same check, from this shell's environment.
+        Err(_) => {
+            match crate::provider::sandbox::Containment::detect(&config, &crate::provider::env::BaseEnv::capture()) {
+                Ok(c) => c.operator_json(),
+                Err(e) => json!({ "mode": config.sandbox.mode.as_str(), "contained": false, "refused": e }),
+            }
+        }
+    };
+    sandbox_check(&mut checks, &containment);
     let workdirs = if live { runtime.block_on(status_from_bridge(&client)) } else { status_from_files(&config) };
     let workdirs = match workdirs {
         Ok(v) => v,
@@ -128,10 +139,8 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
     if target.json {
         let checks: Vec<Value> =
             checks.iter().map(|c| json!({ "check": c.name, "level": c.level, "detail": c.detail })).collect();
-        output::line(
-            &serde_json::to_string_pretty(&json!({ "healthy": healthy, "checks": checks, "workdirs": workdirs }))
-                .unwrap_or_default(),
-        );
+        let report = json!({ "healthy": healthy, "checks": checks, "workdirs": workdirs, "containment": containment });
+        output::line(&serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         let mut lines: Vec<String> =
             checks.iter().map(|c| format!("[{:>4}] {}: {}", c.level, c.name, c.detail)).collect();
@@ -149,6 +158,25 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
         output::line(&lines.join("\n"));
     }
     if healthy { Exit::Ok.into() } else { Exit::Failure.into() }
+}
+
+/// What tasks run under: contained (ok), not contained (a warning; a failure when the mode is
+/// `required`, since every task is then refused).
+fn sandbox_check(checks: &mut Vec<Check>, containment: &Value) {
+    let mode = containment["mode"].as_str().unwrap_or("?");
+    let detail = containment["detail"].as_str().or(containment["refused"].as_str()).unwrap_or("no detail");
+    if containment["contained"] == true {
+        check(checks, "sandbox", "ok", format!("contained: tasks run in the bubblewrap sandbox (mode {mode})"));
+    } else if mode == "required" || containment["refused"].is_string() {
+        check(checks, "sandbox", "fail", format!("not contained, and mode {mode} refuses every task: {detail}"));
+    } else {
+        check(
+            checks,
+            "sandbox",
+            "warn",
+            format!("not contained: tasks can reach the bridge's files and socket as your user ({detail})"),
+        );
+    }
 }
 
 async fn status_from_bridge(client: &Client) -> Result<Value, String> {

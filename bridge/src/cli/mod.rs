@@ -231,10 +231,12 @@ fn serve(source: ConfigSource) -> ExitCode {
         (None, Some(path)) => crate::config::env::from_env_file(path).map(|r| r.config).map_err(|r| r.to_string()),
         (None, None) => embedded_default(),
     };
-    let config = match config {
+    let mut config = match config {
         Ok(c) => c,
         Err(message) => return refuse(&message),
     };
+    // The file the settings came from is one of the bridge's private files: tasks never see it.
+    config.config_file = source.config.clone().or_else(|| source.env_file.clone());
     init_tracing(config.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

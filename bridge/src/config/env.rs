@@ -16,7 +16,9 @@ pub use super::refusals::{Refusal, Refusals};
 pub use super::report::{EnvReport, IgnoredKey, IgnoredKind, OtherSettings};
 use super::values::{MAX_HOURS, MAX_SECONDS, Reader, shown};
 use super::workdirs::{self, GlobalPolicy};
-use super::{BridgeConfig, Limits, LogLevel, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role};
+use super::{
+    BridgeConfig, Limits, LogLevel, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role, SandboxMode, SandboxSettings,
+};
 
 /// Where the values are read: what `~/` means and who the bridge runs as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +143,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
     };
     let policy = GlobalPolicy::read(reader, enable_fake_runtime);
     let workdirs = workdirs::read_workdirs(reader, &policy);
+    let sandbox = read_sandbox(reader);
     Some(BridgeConfig {
         socket_path: socket_dir?.join("bridge.sock"),
         state_dir: state_dir?,
@@ -156,7 +159,36 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         workdirs,
         board_addr: super::default_board_addr(),
         log_level: LogLevel::default(),
+        sandbox: sandbox?,
+        config_file: None,
     })
+}
+
+/// Reads the task sandbox's mode and the extra paths it hides.
+fn read_sandbox(reader: &mut Reader<'_>) -> Option<SandboxSettings> {
+    let key = "SERVERFS_AGENT_SANDBOX";
+    let text = reader.effective(key).unwrap_or("auto");
+    let mode = SandboxMode::parse(text);
+    if mode.is_none() {
+        reader.refuse(key, format!("{} is not a sandbox mode (use auto, required or off)", shown(key, text)));
+    }
+    let key = "SERVERFS_AGENT_SANDBOX_HIDE";
+    let mut hide = Vec::new();
+    let mut ok = true;
+    for item in reader.list(key) {
+        match super::values::expand_path(&item, reader.home()) {
+            Ok(path) if path.components().count() > 1 => hide.push(path),
+            Ok(_) => {
+                reader.refuse(key, format!("{item:?} would hide the whole filesystem; name a directory or a file"));
+                ok = false;
+            }
+            Err(problem) => {
+                reader.refuse(key, format!("{item:?} {problem}"));
+                ok = false;
+            }
+        }
+    }
+    Some(SandboxSettings { mode: mode?, hide }).filter(|_| ok)
 }
 
 /// Reads the lifecycle limits (seed 001 §4) and the result spool threshold.

@@ -183,6 +183,18 @@ pub static KEYS: &[KeySpec] = &[
         "Offer the scripted fake runtime, for tests only.",
     ),
     ours(
+        "SERVERFS_AGENT_SANDBOX",
+        Some("auto"),
+        Group::Policy,
+        "Task sandbox (bubblewrap namespaces): auto (where the machine allows it), required or off.",
+    ),
+    ours(
+        "SERVERFS_AGENT_SANDBOX_HIDE",
+        None,
+        Group::Policy,
+        "More paths the task sandbox replaces by empty directories, comma-separated, absolute or ~/.",
+    ),
+    ours(
         "SERVERFS_AGENT_BRIDGE_SOCKET",
         None,
         Group::Front,

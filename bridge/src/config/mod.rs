@@ -57,6 +57,61 @@ pub struct BridgeConfig {
     /// the bridge read it load with INFO.
     #[serde(default)]
     pub log_level: LogLevel,
+    /// How provider children are contained (`SERVERFS_AGENT_SANDBOX`,
+    /// `SERVERFS_AGENT_SANDBOX_HIDE`). Configs rendered before the sandbox existed load with
+    /// `auto` and nothing extra hidden.
+    #[serde(default)]
+    pub sandbox: SandboxSettings,
+    /// The rendered config file this bridge was started from (`serve --config`), hidden from
+    /// tasks like the rest of the bridge's private files; set at start, never serialized.
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
+}
+
+/// `SERVERFS_AGENT_SANDBOX`: whether every provider child runs in its own namespaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// The sandbox where the machine allows it; otherwise uncontained, with a warning.
+    #[default]
+    Auto,
+    /// No task starts without the sandbox (`AGENT_SANDBOX_UNAVAILABLE`).
+    Required,
+    /// Never the sandbox: the marker and subreaper proof alone (the first wave's behaviour).
+    Off,
+}
+
+impl SandboxMode {
+    /// Parses the `.env` spelling (case-insensitive).
+    pub fn parse(text: &str) -> Option<SandboxMode> {
+        match text.to_ascii_lowercase().as_str() {
+            "auto" => Some(SandboxMode::Auto),
+            "required" => Some(SandboxMode::Required),
+            "off" => Some(SandboxMode::Off),
+            _ => None,
+        }
+    }
+
+    /// The `.env` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Auto => "auto",
+            SandboxMode::Required => "required",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
+/// The task sandbox's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    /// `SERVERFS_AGENT_SANDBOX` (`auto`).
+    #[serde(default)]
+    pub mode: SandboxMode,
+    /// `SERVERFS_AGENT_SANDBOX_HIDE`: more absolute paths replaced by empty directories.
+    #[serde(default)]
+    pub hide: Vec<PathBuf>,
 }
 
 /// `SERVERFS_LOG_LEVEL`: the daemon's log level, spelled as ServerFS spells it.

@@ -177,6 +177,8 @@ mod tests {
             }],
             board_addr: crate::config::default_board_addr(),
             log_level: crate::config::LogLevel::Warning,
+            sandbox: crate::config::SandboxSettings::default(),
+            config_file: None,
         }
     }
 

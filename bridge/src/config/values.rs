@@ -82,6 +82,11 @@ impl<'a> Reader<'a> {
         self.check(key, parsed)
     }
 
+    /// The directory `~/` expands to.
+    pub(super) fn home(&self) -> &Path {
+        &self.context.home
+    }
+
     /// A path, absolute or under `~/`; `Some(None)` when empty with no default.
     pub(super) fn path(&mut self, key: &str) -> Option<Option<PathBuf>> {
         let Some(text) = self.effective(key) else {

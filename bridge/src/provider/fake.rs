@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::env::BaseEnv;
 use super::process::{SpawnSpec, spawn};
+use super::sandbox::Containment;
 use super::{ProviderCommand, ProviderEvent, RuntimeInfo, Session, StartError, StartSpec, TurnOutcome};
 use crate::config::RuntimeName;
 use bridge_proto::framing::{Line, read_line};
@@ -116,12 +117,13 @@ pub struct FakeRuntime {
     program: PathBuf,
     home: PathBuf,
     base_env: BaseEnv,
+    containment: Containment,
 }
 
 impl FakeRuntime {
     /// A fake runtime whose child is `program fake-agent`, keeping sessions under `home`.
-    pub fn new(program: PathBuf, home: PathBuf, base_env: BaseEnv) -> FakeRuntime {
-        FakeRuntime { program, home, base_env }
+    pub fn new(program: PathBuf, home: PathBuf, base_env: BaseEnv, containment: Containment) -> FakeRuntime {
+        FakeRuntime { program, home, base_env, containment }
     }
 
     /// Always available when enabled.
@@ -142,13 +144,20 @@ impl FakeRuntime {
         let fail = |message: String| StartError { code: "AGENT_PROVIDER_ERROR", message };
         let mut env = self.base_env.for_child(&[]);
         env.push((OsString::from(HOME_VAR), self.home.clone().into_os_string()));
+        // The session store must exist before the sandbox binds it back in.
+        let home = self.home.join("sessions");
+        let _ = tokio::task::spawn_blocking(move || std::fs::create_dir_all(home)).await;
         let spawned = spawn(SpawnSpec {
             program: self.program.clone(),
             args: vec![OsString::from("fake-agent")],
             cwd: spec.cwd.clone(),
             env,
             task_id: spec.task_id.clone(),
+            sandbox: Some(self.containment.clone()),
+            // The session store lives in the state directory, which the sandbox hides.
+            expose: vec![self.home.clone()],
         })
+        .await
         .map_err(|e| fail(format!("cannot start the fake runtime: {e}")))?;
         let mut stdin = spawned.stdin;
         let start = ToChild::Start {

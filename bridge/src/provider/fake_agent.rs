@@ -3,7 +3,9 @@
 //!
 //! Its prompt is a script, one command:
 //! `complete:TEXT`, `approval:TEXT`, `question:TEXT`, `wait:SECONDS`, `fail:TEXT`, `crash`,
-//! `ignore-interrupt:SECONDS`, `orphan:SECONDS`, `events:N`, `big:BYTES`, `cwd`; anything else
+//! `ignore-interrupt:SECONDS`, `orphan:SECONDS`, `events:N`, `big:BYTES`, `cwd`, `exec:COMMAND`
+//! (runs `sh -c COMMAND` inside the task, as an agent's tool would, and answers with its exit
+//! status and output: the tests' way to act as a hostile agent); anything else
 //! is echoed back as the result. Steering text is echoed as an `agent.message` event while the
 //! script waits. Sessions persist under `$AGENT_BRIDGE_FAKE_HOME/sessions`, so a continuation
 //! resumes the same session and says how many turns it had.
@@ -173,6 +175,7 @@ impl Agent {
                 None => failed(format!("wait needs a number of seconds, got {arg:?}")),
             },
             "fail" => failed(arg.to_owned()),
+            "exec" => exec(arg),
             "crash" => {
                 event("agent.message", json!({ "text": "about to crash" }));
                 std::process::exit(3);
@@ -284,6 +287,34 @@ impl Agent {
             }
             Err(e) => failed(format!("cannot start the background process: {e}")),
         }
+    }
+}
+
+/// Runs `sh -c command` and finishes with `exit=N` and its output (at most 64 KiB). The output
+/// goes to a file, not a pipe, so a command that leaves a background process returns at once.
+fn exec(command: &str) -> i32 {
+    event("command.started", json!({ "command": command }));
+    let out = std::env::temp_dir().join(format!("fake-agent-exec-{}", std::process::id()));
+    let file = match std::fs::File::create(&out) {
+        Ok(f) => f,
+        Err(e) => return failed(format!("cannot create the output file: {e}")),
+    };
+    let status = file.try_clone().and_then(|err| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(std::process::Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .status()
+    });
+    let mut text = std::fs::read(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    text.truncate(64 * 1024);
+    let text = String::from_utf8_lossy(&text);
+    match status {
+        Ok(status) => finish(format!("exit={}\n{}", status.code().unwrap_or(-1), text.trim_end())),
+        Err(e) => failed(format!("cannot run sh: {e}")),
     }
 }
 

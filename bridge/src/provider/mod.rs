@@ -27,8 +27,10 @@ pub mod fake_agent;
 pub mod io;
 #[cfg(test)]
 mod map_tests;
+pub mod peers;
 pub mod probe;
 pub mod process;
+pub mod sandbox;
 
 use process::{ProofMaterial, StopProof, Supervised};
 
@@ -243,6 +245,7 @@ impl Session {
             exit_ms = (t1 - t0).as_millis() as u64,
             proof_ms = t1.elapsed().as_millis() as u64,
             proven = proof.proven(),
+            proof = proof.proof,
             survivors_killed = proof.survivors_killed,
             "provider stopped"
         );
@@ -256,15 +259,22 @@ pub struct Providers {
     fake: Option<fake::FakeRuntime>,
     codex: codex::CodexRuntime,
     claude: claude::ClaudeRuntime,
+    containment: sandbox::Containment,
 }
 
 impl Providers {
     /// Builds the runtimes from the config. `self_exe` is the bridge executable, which also
     /// carries the fake runtime's child program. A CLI whose executable the config leaves
     /// unset is looked up once, here, on the bridge's `PATH` (the quick start's case).
-    pub fn new(config: &BridgeConfig, self_exe: PathBuf, base_env: env::BaseEnv) -> Providers {
+    pub fn new(
+        config: &BridgeConfig,
+        self_exe: PathBuf,
+        base_env: env::BaseEnv,
+        containment: sandbox::Containment,
+    ) -> Providers {
         let fake = config.enable_fake_runtime.then(|| {
-            fake::FakeRuntime::new(self_exe, config.state_dir.join("runtimes").join("fake"), base_env.clone())
+            let home = config.state_dir.join("runtimes").join("fake");
+            fake::FakeRuntime::new(self_exe, home, base_env.clone(), containment.clone())
         });
         let found = |binary: &crate::config::RuntimeBinary, name: &str| {
             let mut binary = binary.clone();
@@ -273,9 +283,14 @@ impl Providers {
             }
             binary
         };
-        let codex = codex::CodexRuntime::new(&found(&config.codex, "codex"), base_env.clone());
-        let claude = claude::ClaudeRuntime::new(&found(&config.claude, "claude"), base_env);
-        Providers { fake, codex, claude }
+        let codex = codex::CodexRuntime::new(&found(&config.codex, "codex"), base_env.clone(), containment.clone());
+        let claude = claude::ClaudeRuntime::new(&found(&config.claude, "claude"), base_env, containment.clone());
+        Providers { fake, codex, claude, containment }
+    }
+
+    /// What tasks run under (decided at startup).
+    pub fn containment(&self) -> &sandbox::Containment {
+        &self.containment
     }
 
     /// Probes a runtime (a real CLI's probe is cached briefly; it never starts inference).

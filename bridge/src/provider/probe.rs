@@ -67,7 +67,11 @@ pub async fn version(bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str)
         cwd: PathBuf::from("/"),
         env,
         task_id: marker,
-    }) {
+        sandbox: None,
+        expose: Vec::new(),
+    })
+    .await
+    {
         Ok(s) => s,
         Err(e) => return Probed::Unavailable(format!("cannot run {}: {e}", bin.display())),
     };

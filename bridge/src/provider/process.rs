@@ -1,14 +1,16 @@
 //! The one way the bridge starts a child process, and the stop ladder that proves it gone.
 //!
 //! Every provider child runs in its own process group, in the task's cwd, with a decided
-//! environment that carries the marker `AGENT_BRIDGE_TASK=<task_id>`. Descendants inherit the
-//! marker even when they leave the group (`setsid`), so a `/proc` sweep finds every process the
-//! task started. A stop is *proven* when the leader was reaped and no process carrying the
-//! marker remains.
+//! environment that carries the marker `AGENT_BRIDGE_TASK=<task_id>`, and — when the machine
+//! allows it — inside the task sandbox ([`super::sandbox`]): its own PID namespace, recorded at
+//! spawn. A stop is *proven* when the leader was reaped, no process is left in the task's PID
+//! namespace (the kernel's proof: nothing inside can leave it) and, as a second check and the
+//! proof where there is no sandbox, no process carrying the marker remains (descendants
+//! inherit it even when they leave the group with `setsid`).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,6 +18,8 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+
+use super::sandbox::INFO_FD;
 
 /// The environment variable that names a child's task.
 pub const MARKER_VAR: &str = "AGENT_BRIDGE_TASK";
@@ -33,6 +37,11 @@ pub struct SpawnSpec {
     pub env: Vec<(OsString, OsString)>,
     /// The task id written into [`MARKER_VAR`].
     pub task_id: String,
+    /// The task sandbox to start the child in (`None`: uncontained, e.g. a version probe).
+    pub sandbox: Option<super::sandbox::Containment>,
+    /// Paths the child needs inside the sandbox beyond its cwd and program (see
+    /// [`Containment::wrap`](super::sandbox::Containment::wrap)).
+    pub expose: Vec<PathBuf>,
 }
 
 /// A started child and its pipes.
@@ -54,6 +63,25 @@ pub struct Supervised {
     pid: i32,
     start_ticks: Option<u64>,
     task_id: String,
+    sandbox: Option<Sandboxed>,
+}
+
+/// A started sandbox: its init and namespace, and the private `/tmp` to remove after the stop.
+#[derive(Debug, Clone)]
+struct Sandboxed {
+    ns: NamespaceProof,
+    private_tmp: PathBuf,
+}
+
+/// What identifies a task's PID namespace for a later proof.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceProof {
+    /// The inode of the namespace (`/proc/<pid>/ns/pid` reads `pid:[inode]`).
+    pub pid_ns: u64,
+    /// The sandbox's init, as a pid of the bridge's namespace.
+    pub init_pid: i32,
+    /// The init's start time, so a recycled pid is never signalled.
+    pub init_start_ticks: Option<u64>,
 }
 
 /// What a later process needs to re-check a stop: the leader, its start time (so a recycled
@@ -66,6 +94,8 @@ pub struct ProofMaterial {
     pub start_ticks: Option<u64>,
     /// The marker value (the task id).
     pub marker: String,
+    /// The task's PID namespace, when it ran in the sandbox.
+    pub namespace: Option<NamespaceProof>,
 }
 
 /// How a stop ended.
@@ -79,8 +109,10 @@ pub struct StopProof {
     pub signal: Option<i32>,
     /// Processes found by the marker sweep and killed.
     pub survivors_killed: usize,
-    /// Marker-carrying processes still present after the sweep.
+    /// Processes of the task (in its namespace or carrying its marker) still present.
     pub remaining: Vec<i32>,
+    /// Which proof applied: `pid_namespace` (the sandbox) or `marker`.
+    pub proof: &'static str,
 }
 
 impl StopProof {
@@ -154,7 +186,7 @@ pub async fn any_exits(pids: &[i32]) {
 /// Live processes still standing between a guard and its proof: the recorded leader (same pid
 /// and start time) and every process carrying the marker. Blocking (reads `/proc`).
 pub fn unproven_pids(material: Option<&ProofMaterial>, task_id: &str) -> Vec<i32> {
-    let mut pids = marker_pids(task_id);
+    let mut pids = task_pids(task_id, material.and_then(|m| m.namespace).map(|n| n.pid_ns));
     if let Some(m) = material.filter(|m| leader_alive(m) && !pids.contains(&m.pid)) {
         pids.push(m.pid);
     }
@@ -191,9 +223,27 @@ pub fn reap_orphans() -> usize {
     reaped
 }
 
-/// Starts `spec` in a new process group with a decided environment.
-pub fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
-    let mut cmd = Command::new(&spec.program);
+/// Starts `spec` in a new process group with a decided environment, inside the task sandbox
+/// when the spec names one. Must be called on a runtime worker thread, never from
+/// `spawn_blocking`: a sandbox dies with the thread that forked it (`--die-with-parent`).
+pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
+    let wrap = match &spec.sandbox {
+        Some(containment) => {
+            let mut expose = spec.expose.clone();
+            expose.push(spec.cwd.clone());
+            expose.extend(spec.program.parent().map(Path::to_path_buf));
+            containment.wrap(&spec.task_id, &spec.env, &expose)?
+        }
+        None => None,
+    };
+    let mut cmd = match &wrap {
+        Some(w) => {
+            let mut cmd = Command::new(&w.bwrap);
+            cmd.args(&w.args).arg(&spec.program);
+            cmd
+        }
+        None => Command::new(&spec.program),
+    };
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
         .env_clear()
@@ -204,31 +254,153 @@ pub fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    let info = match &wrap {
+        Some(_) => Some(info_pipe(&mut cmd)?),
+        None => None,
+    };
     // Registered under the lock the reaper takes, so it never sees the new leader unregistered.
-    let mut leaders = leaders();
-    let mut child = cmd.spawn()?;
-    let pid = child
-        .id()
-        .and_then(|p| i32::try_from(p).ok())
-        .ok_or_else(|| std::io::Error::other("the child exited before its pid could be read"))?;
-    leaders.insert(pid);
-    drop(leaders);
+    let (mut child, pid) = {
+        let mut registered = leaders();
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                drop(registered);
+                if let Some(w) = &wrap {
+                    super::sandbox::remove_private_tmp(&w.private_tmp);
+                }
+                return Err(e);
+            }
+        };
+        let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+            let _ = child.start_kill();
+            return Err(std::io::Error::other("the child exited before its pid could be read"));
+        };
+        registered.insert(pid);
+        (child, pid)
+    };
     let take = |what: &str| std::io::Error::other(format!("the child's {what} pipe is missing"));
     let stdin = child.stdin.take().ok_or_else(|| take("stdin"))?;
     let stdout = child.stdout.take().ok_or_else(|| take("stdout"))?;
-    let stderr = child.stderr.take().ok_or_else(|| take("stderr"))?;
+    let mut stderr = child.stderr.take().ok_or_else(|| take("stderr"))?;
+    let sandbox = match (wrap, info) {
+        (Some(w), Some((read, write))) => {
+            drop(write);
+            match read_info(read).await {
+                Some(info) => Some(Sandboxed {
+                    ns: NamespaceProof {
+                        pid_ns: info.pid_ns,
+                        init_pid: info.init_pid,
+                        init_start_ticks: start_ticks(info.init_pid),
+                    },
+                    private_tmp: w.private_tmp,
+                }),
+                None => {
+                    // bwrap said nothing: the sandbox did not start. Its own words are on stderr.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                    let mut why = String::new();
+                    use tokio::io::AsyncReadExt;
+                    let _ = tokio::time::timeout(Duration::from_secs(1), stderr.read_to_string(&mut why)).await;
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    leaders().remove(&pid);
+                    super::sandbox::remove_private_tmp(&w.private_tmp);
+                    let why: String = why.trim().chars().take(400).collect();
+                    return Err(std::io::Error::other(format!("the task sandbox did not start: {why}")));
+                }
+            }
+        }
+        _ => None,
+    };
+    super::peers::register(pid, &spec.task_id, sandbox.as_ref().map(|s| s.ns.pid_ns));
     Ok(Spawned {
-        process: Supervised { child, pid, start_ticks: start_ticks(pid), task_id: spec.task_id },
+        process: Supervised { child, pid, start_ticks: start_ticks(pid), task_id: spec.task_id, sandbox },
         stdin,
         stdout,
         stderr,
     })
 }
 
+/// A close-on-exec pipe whose write end the child gets as [`INFO_FD`] (bwrap's `--info-fd`).
+#[allow(unsafe_code)]
+fn info_pipe(cmd: &mut Command) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two new descriptors into `fds` or fails without touching them.
+    if unsafe { nix::libc::pipe2(fds.as_mut_ptr(), nix::libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just created these descriptors and nothing else owns them.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let w = write.as_raw_fd();
+    // SAFETY: between fork and exec the closure only calls async-signal-safe functions
+    // (dup2, fcntl) on descriptors the parent keeps open until the spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if w == INFO_FD {
+                let flags = nix::libc::fcntl(w, nix::libc::F_GETFD);
+                if flags < 0 || nix::libc::fcntl(w, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if nix::libc::dup2(w, INFO_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok((read, write))
+}
+
+/// Reads bwrap's information (bounded: 10 s), or `None` when it closed the pipe without it.
+async fn read_info(read: std::os::fd::OwnedFd) -> Option<super::sandbox::SandboxInfo> {
+    use tokio::io::AsyncReadExt;
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(read).ok()?;
+    let mut text = Vec::new();
+    let mut limited = (&mut pipe).take(64 * 1024);
+    tokio::time::timeout(Duration::from_secs(10), limited.read_to_end(&mut text)).await.ok()?.ok()?;
+    super::sandbox::parse_info(std::str::from_utf8(&text).ok()?)
+}
+
+/// Runs `program args` to completion, bounded by `limit`: its stdout, or why it failed (its
+/// stderr, or the timeout). Blocking; for start-up checks only (never a task).
+pub fn run_bounded(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer within {} s", limit.as_secs()));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(format!("{} ({})", err.trim().chars().take(300).collect::<String>(), out.status))
+    }
+}
+
 impl Supervised {
     /// The material to record in the recovery guard.
     pub fn proof_material(&self) -> ProofMaterial {
-        ProofMaterial { pid: self.pid, start_ticks: self.start_ticks, marker: self.task_id.clone() }
+        ProofMaterial {
+            pid: self.pid,
+            start_ticks: self.start_ticks,
+            marker: self.task_id.clone(),
+            namespace: self.sandbox.as_ref().map(|s| s.ns),
+        }
     }
 
     /// Stops the process group: waits `grace` for a voluntary exit (the caller has closed
@@ -247,9 +419,29 @@ impl Supervised {
         if status.is_some() {
             leaders().remove(&self.pid);
         }
+        // The sandbox's init ends its namespace, and the kernel every process in it.
+        let ns = self.sandbox.as_ref().map(|s| s.ns);
+        let mut survivors_killed = 0;
+        if let Some(ns) = ns {
+            survivors_killed += end_namespace(ns).await;
+        }
         // Whatever the leader did, every other process of the task (its group, and anything
         // that left the group with `setsid`) carries the marker: the sweep ends them all.
-        let (survivors_killed, remaining) = sweep_marker(&self.task_id).await;
+        let (marked, mut remaining) = sweep_marker(&self.task_id).await;
+        survivors_killed += marked;
+        if let Some(ns) = ns {
+            let left = tokio::task::spawn_blocking(move || namespace_pids(ns.pid_ns)).await.unwrap_or_default();
+            remaining.extend(left.into_iter().filter(|p| !remaining.contains(p)).collect::<Vec<_>>());
+        }
+        if let Some(sandboxed) = &self.sandbox
+            && remaining.is_empty()
+        {
+            let tmp = sandboxed.private_tmp.clone();
+            let _ = tokio::task::spawn_blocking(move || super::sandbox::remove_private_tmp(&tmp)).await;
+        }
+        if remaining.is_empty() {
+            super::peers::unregister(self.pid);
+        }
         use std::os::unix::process::ExitStatusExt;
         StopProof {
             leader_reaped: status.is_some(),
@@ -257,6 +449,7 @@ impl Supervised {
             signal: status.and_then(|s| s.signal()),
             survivors_killed,
             remaining,
+            proof: if ns.is_some() { "pid_namespace" } else { "marker" },
         }
     }
 
@@ -264,6 +457,59 @@ impl Supervised {
     pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
         self.child.wait().await
     }
+}
+
+/// Ends a task's PID namespace: SIGKILL to its init (the kernel then kills every process in
+/// it), then to anything still listed in it; waits (bounded, 2 s) until it is empty. Returns
+/// how many processes were found in it.
+async fn end_namespace(ns: NamespaceProof) -> usize {
+    let scan =
+        move || async move { tokio::task::spawn_blocking(move || namespace_pids(ns.pid_ns)).await.unwrap_or_default() };
+    let found = scan().await;
+    if found.is_empty() {
+        return 0;
+    }
+    if start_ticks(ns.init_pid).is_some_and(|t| Some(t) == ns.init_start_ticks) {
+        let _ = kill(Pid::from_raw(ns.init_pid), Signal::SIGKILL);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = scan().await;
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return found.len();
+        }
+        for pid in &left {
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Live processes of a task: those carrying its marker and, with `pid_ns`, those in its PID
+/// namespace. Blocking (reads `/proc`).
+pub fn task_pids(task_id: &str, pid_ns: Option<u64>) -> Vec<i32> {
+    let mut pids = marker_pids(task_id);
+    if let Some(ns) = pid_ns {
+        pids.extend(namespace_pids(ns).into_iter().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
+    }
+    pids
+}
+
+/// Pids of live processes in the PID namespace `pid_ns`. A process whose namespace cannot be
+/// read (another user's, gone, a zombie) is not counted: every process of a task runs as the
+/// bridge user, and a zombie no longer runs. Blocking (reads `/proc`).
+pub fn namespace_pids(pid_ns: u64) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|&pid| pid_namespace(pid) == Some(pid_ns) && !is_zombie(pid))
+        .collect()
+}
+
+/// The inode of `pid`'s PID namespace, or `None` when it cannot be read.
+pub fn pid_namespace(pid: i32) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// Kills every process carrying the marker for `task_id` (TERM, a short wait, then KILL) and
@@ -338,6 +584,16 @@ fn read_environ(pid: i32) -> Option<Vec<u8>> {
         std::thread::sleep(Duration::from_millis(2));
     }
     None
+}
+
+/// A process's environment (see [`read_environ`]), for the peer check.
+pub(super) fn read_environ_of(pid: i32) -> Option<Vec<u8>> {
+    read_environ(pid)
+}
+
+/// `/proc/<pid>/stat` fields from the state on (index 0 = state, 1 = parent pid).
+pub(super) fn stat_fields_of(pid: i32) -> Option<Vec<String>> {
+    stat_fields(pid)
 }
 
 /// Whether `pid` looks like a user process caught inside `execve`: no command line, and

@@ -15,17 +15,28 @@ use subtle::ConstantTimeEq;
 use crate::config::{McpAuth, McpAuthMode, Role};
 use crate::error::{ToolError, code};
 use crate::model::Principal;
+use crate::provider::peers::TaskOrigin;
 use crate::store::Store;
 use crate::store::keys::KeyRow;
 use bridge_proto::methods::Surface;
 
 /// The connecting process, as the kernel reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     /// Its uid.
     pub uid: u32,
     /// Its gid.
     pub gid: u32,
+    /// Set when the peer is one of the bridge's task processes (decided once per connection):
+    /// such a peer is refused on every surface (`PEER_NOT_AUTHORIZED`).
+    pub in_task: Option<TaskOrigin>,
+}
+
+impl Peer {
+    /// A peer that is not inside any task.
+    pub fn outside(uid: u32, gid: u32) -> Peer {
+        Peer { uid, gid, in_task: None }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -116,7 +127,14 @@ impl Auth {
     }
 
     /// Who is calling, or `UNAUTHENTICATED`.
-    pub fn resolve(&self, credential: Option<&str>, surface: Surface, peer: Peer) -> Result<Principal, ToolError> {
+    pub fn resolve(&self, credential: Option<&str>, surface: Surface, peer: &Peer) -> Result<Principal, ToolError> {
+        if let Some(origin) = &peer.in_task {
+            let which = origin.task_id.as_deref().map(|t| format!(" {t}")).unwrap_or_default();
+            return Err(ToolError::new(
+                code::PEER_NOT_AUTHORIZED,
+                format!("a process of agent task{which} may not use the bridge socket ({})", origin.evidence),
+            ));
+        }
         let credential = credential.map(str::trim).filter(|c| !c.is_empty());
         match surface {
             Surface::Board => {

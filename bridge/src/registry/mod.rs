@@ -153,14 +153,14 @@ impl Registry {
     }
 
     /// `capabilities.list`: the tools the caller may see.
-    pub fn list(&self, params: &ListParams, peer: Peer) -> Result<Value, ToolError> {
+    pub fn list(&self, params: &ListParams, peer: &Peer) -> Result<Value, ToolError> {
         let principal = self.services.auth.resolve(params.credential.as_deref(), params.surface, peer)?;
         let tools: Vec<Value> = self.visible(principal.role, params.surface).map(Capability::view).collect();
         Ok(json!({ "tools": tools, "principal": { "name": principal.name, "role": principal.role.as_str() } }))
     }
 
     /// `capabilities.call`: authenticate, authorize, validate, run, audit.
-    pub async fn call(&self, params: CallParams, peer: Peer) -> Result<Value, ToolError> {
+    pub async fn call(&self, params: CallParams, peer: &Peer) -> Result<Value, ToolError> {
         let started = Instant::now();
         let services = &self.services;
         let client_name = params.client.as_ref().map(|c| c.name.chars().take(64).collect::<String>());
@@ -192,6 +192,10 @@ impl Registry {
                 .map(str::to_owned),
             client_name,
         };
+        // A task process's attempt is audited under its task, whatever it claims.
+        if let Some(task) = peer.in_task.as_ref().and_then(|o| o.task_id.clone()) {
+            row.task_id = Some(task).filter(|id| crate::ids::looks_like(id, "agt_"));
+        }
         let outcome = self.call_inner(params, peer, &mut row).await;
         row.duration_us = started.elapsed().as_micros().min(i64::MAX as u128) as i64;
         let key_id = match &outcome {
@@ -220,7 +224,7 @@ impl Registry {
     async fn call_inner(
         &self,
         params: CallParams,
-        peer: Peer,
+        peer: &Peer,
         row: &mut AuditRow,
     ) -> Result<(Value, Option<String>), (ToolError, Option<String>)> {
         let principal =

@@ -400,7 +400,11 @@ pub(super) fn all() -> Vec<Capability> {
                 for r in enabled {
                     runtimes.push(tasks(&ctx).providers().probe(r).await.to_json());
                 }
-                Ok(json!({ "runtimes": runtimes }))
+                let containment = tasks(&ctx).providers().containment().caller_json();
+                for r in &mut runtimes {
+                    r["containment"] = containment.clone();
+                }
+                Ok(json!({ "runtimes": runtimes, "containment": containment }))
             },
         ),
         Capability::new(

@@ -19,15 +19,16 @@ use bridge_proto::methods::{self, CallParams, HealthParams, ListParams};
 use bridge_proto::{MAX_LINE_BYTES, codes};
 
 pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: PeerPolicy, stop: CancellationToken) {
-    let peer = match stream.peer_cred() {
-        Ok(cred) => Peer { uid: cred.uid(), gid: cred.gid() },
+    let cred = match stream.peer_cred() {
+        Ok(cred) => cred,
         Err(e) => {
             tracing::warn!(cause = %e, "cannot read peer credentials; closing");
             return;
         }
     };
+    let mut peer = Peer::outside(cred.uid(), cred.gid());
     let (read, mut write) = stream.into_split();
-    if !policy.allows(peer) {
+    if !policy.allows(&peer) {
         tracing::warn!(uid = peer.uid, gid = peer.gid, "refused a peer");
         let refusal = Response::Err {
             request_id: None,
@@ -35,6 +36,18 @@ pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: 
         };
         let _ = write.write_all(&refusal.to_line()).await;
         return;
+    }
+    // Decided once per connection: a task's own process never speaks for anyone here.
+    let (pid, bridge) = (cred.pid(), std::process::id() as i32);
+    peer.in_task = tokio::task::spawn_blocking(move || crate::provider::peers::task_origin(pid, bridge))
+        .await
+        .unwrap_or(Some(crate::provider::peers::TaskOrigin { task_id: None, evidence: "unknown_pid" }));
+    if let Some(origin) = &peer.in_task {
+        tracing::warn!(
+            task_id = origin.task_id,
+            evidence = origin.evidence,
+            "a task's process connected to the socket; every call it makes is refused"
+        );
     }
     let mut reader = BufReader::new(read);
     let mut buf = Vec::new();
@@ -44,7 +57,7 @@ pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: 
             _ = stop.cancelled() => return,
         };
         let (response, close) = match line {
-            Ok(Line::Complete) => (answer(&registry, &buf, peer).await, false),
+            Ok(Line::Complete) => (answer(&registry, &buf, &peer).await, false),
             Ok(Line::TooLong) => (
                 Response::Err {
                     request_id: None,
@@ -63,7 +76,7 @@ pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: 
     }
 }
 
-async fn answer(registry: &Registry, line: &[u8], peer: Peer) -> Response {
+async fn answer(registry: &Registry, line: &[u8], peer: &Peer) -> Response {
     let request = match Request::parse(line) {
         Ok(r) => r,
         Err(rejected) => return Response::Err { request_id: rejected.request_id, error: rejected.error },
@@ -85,7 +98,7 @@ fn tool_error(e: ToolError) -> ErrorBody {
     ErrorBody::new(e.code, e.message)
 }
 
-async fn dispatch(registry: &Registry, request: Request, peer: Peer) -> Result<Value, ErrorBody> {
+async fn dispatch(registry: &Registry, request: Request, peer: &Peer) -> Result<Value, ErrorBody> {
     match request.method.as_str() {
         methods::BRIDGE_HEALTH => {
             let _: HealthParams = params(methods::BRIDGE_HEALTH, request.params)?;
@@ -95,6 +108,7 @@ async fn dispatch(registry: &Registry, request: Request, peer: Peer) -> Result<V
                 "version": env!("CARGO_PKG_VERSION"),
                 "protocol_version": bridge_proto::PROTOCOL_VERSION,
                 "active_tasks": tasks.active_count(),
+                "containment": tasks.providers().containment().caller_json(),
             }))
         }
         methods::CAPABILITIES_LIST => {

@@ -124,7 +124,7 @@ pub async fn serve(
 
 impl PeerPolicy {
     /// Whether a peer may talk to the bridge.
-    pub fn allows(&self, peer: Peer) -> bool {
+    pub fn allows(&self, peer: &Peer) -> bool {
         peer.uid == self.uid && peer.gid == self.gid
     }
 }

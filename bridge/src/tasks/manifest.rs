@@ -57,6 +57,8 @@ pub struct ManifestInput<'a> {
     pub submission: &'a Submission<'a>,
     /// The runtime's version at submit.
     pub runtime_version: Option<&'a str>,
+    /// What the task runs under: `bubblewrap` (the task sandbox) or `none`.
+    pub containment: &'a str,
     /// The workdir's policy.
     pub workdir: &'a Workdir,
     /// Effective limits.
@@ -94,6 +96,7 @@ pub fn build(m: &ManifestInput<'_>) -> (String, String) {
             "policy_sha256": sha256_hex(canonical(&policy).as_bytes()),
         },
         "model": { "requested": m.submission.model },
+        "containment": m.containment,
         "limits": {
             "task_timeout_seconds": m.limits.task_timeout_seconds,
             "interaction_timeout_seconds": m.limits.interaction_timeout_seconds,

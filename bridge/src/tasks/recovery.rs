@@ -9,28 +9,50 @@ use serde_json::{Value, json};
 use super::{Inner, TaskService, results};
 use crate::error::code;
 use crate::model::TaskStatus;
-use crate::provider::process::{ProofMaterial, any_exits, leader_alive, marker_pids, unproven_pids};
+use crate::provider::process::{
+    NamespaceProof, ProofMaterial, any_exits, leader_alive, marker_pids, namespace_pids, unproven_pids,
+};
 use crate::store::events::NewEvent;
 use crate::store::guards::GuardRow;
 use crate::store::tasks::TransitionFields;
 
-/// Serializes proof material for the guard.
+/// Serializes proof material for the guard: the leader, the marker and, for a task that ran
+/// in the sandbox, its PID namespace (the proof that applies).
 pub fn proof_json(m: &ProofMaterial) -> String {
-    json!({ "pid": m.pid, "start_ticks": m.start_ticks, "marker": m.marker }).to_string()
+    let mut v = json!({ "pid": m.pid, "start_ticks": m.start_ticks, "marker": m.marker, "containment": "none" });
+    if let Some(ns) = &m.namespace {
+        v["containment"] = "bubblewrap".into();
+        v["pid_ns"] = ns.pid_ns.into();
+        v["init_pid"] = ns.init_pid.into();
+        v["init_start_ticks"] = ns.init_start_ticks.into();
+    }
+    v.to_string()
 }
 
 pub(super) fn parse_proof(text: &str) -> Option<ProofMaterial> {
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let namespace = match v.get("containment").and_then(Value::as_str) {
+        None | Some("none") => None,
+        Some("bubblewrap") => Some(NamespaceProof {
+            pid_ns: v.get("pid_ns")?.as_u64()?,
+            init_pid: i32::try_from(v.get("init_pid")?.as_i64()?).ok()?,
+            init_start_ticks: v.get("init_start_ticks").and_then(Value::as_u64),
+        }),
+        // A proof this bridge cannot read is no proof.
+        Some(_) => return None,
+    };
     Some(ProofMaterial {
         pid: i32::try_from(v.get("pid")?.as_i64()?).ok()?,
         start_ticks: v.get("start_ticks").and_then(|t| t.as_u64()),
         marker: v.get("marker")?.as_str()?.to_owned(),
+        namespace,
     })
 }
 
 /// Whether the provider behind a guard is proven stopped: its leader (same pid and start
-/// time) is gone and no process carries its task marker. Unreadable proof material is not a
-/// proof. Blocking (reads `/proc`).
+/// time) is gone, no process is left in its PID namespace (when it ran in the sandbox) and no
+/// process carries its task marker. Unreadable proof material is not a proof. Blocking
+/// (reads `/proc`).
 pub fn provider_stopped(guard: &GuardRow) -> bool {
     let material = match &guard.proof_json {
         Some(text) => match parse_proof(text) {
@@ -39,10 +61,7 @@ pub fn provider_stopped(guard: &GuardRow) -> bool {
         },
         None => None,
     };
-    if material.as_ref().is_some_and(leader_alive) {
-        return false;
-    }
-    marker_pids(&guard.task_id).is_empty()
+    unproven_pids(material.as_ref(), &guard.task_id).is_empty()
 }
 
 /// What is known about the provider behind a guard (blocking: reads `/proc`).
@@ -51,20 +70,28 @@ pub fn guard_proof(guard: &GuardRow) -> Value {
     let material = guard.proof_json.as_deref().and_then(parse_proof).filter(|m| m.marker == guard.task_id);
     let unreadable = guard.proof_json.is_some() && material.is_none();
     let leader = material.as_ref().map(|m| (m.pid, leader_alive(m)));
+    let namespace = material.as_ref().and_then(|m| m.namespace);
     let markers = marker_pids(&guard.task_id);
-    let proven = !unreadable && !leader.is_some_and(|(_, alive)| alive) && markers.is_empty();
+    let in_namespace = namespace.map(|n| namespace_pids(n.pid_ns)).unwrap_or_default();
+    let leader_alive = leader.is_some_and(|(_, alive)| alive);
+    let proven = !unreadable && !leader_alive && markers.is_empty() && in_namespace.is_empty();
     let missing = if proven {
         None
     } else if unreadable {
         Some("the recorded proof material is unreadable or names another task".to_owned())
-    } else if leader.is_some_and(|(_, alive)| alive) {
+    } else if leader_alive {
         Some("the provider's process group leader still runs".to_owned())
+    } else if !in_namespace.is_empty() {
+        Some(format!("{} process(es) are still in the task's PID namespace", in_namespace.len()))
     } else {
         Some(format!("{} process(es) still carry the task's marker AGENT_BRIDGE_TASK", markers.len()))
     };
     json!({
+        "containment": if namespace.is_some() { "bubblewrap" } else { "none" },
+        "proof": if namespace.is_some() { "pid_namespace" } else { "marker" },
         "leader_pid": leader.map(|(pid, _)| pid),
         "leader_alive": leader.map(|(_, alive)| alive),
+        "namespace_processes": namespace.map(|_| in_namespace),
         "marker_processes": markers,
         "proven_stopped": proven,
         "missing": missing,
@@ -267,7 +294,12 @@ mod tests {
         let config = crate::config::env::from_env_file(&root.join("bridge.env")).unwrap().config;
         let store = Arc::new(Store::open(&config.state_dir).unwrap());
         let leases = Leases::open(&config.lock_dir).unwrap();
-        let providers = Providers::new(&config, std::env::current_exe().unwrap(), BaseEnv::from_vars(Vec::new()));
+        let providers = Providers::new(
+            &config,
+            std::env::current_exe().unwrap(),
+            BaseEnv::from_vars(Vec::new()),
+            crate::provider::sandbox::Containment::none(crate::config::SandboxMode::Off, "a unit test"),
+        );
         TaskService::new(Arc::new(config), store, clock, providers, leases, CancellationToken::new(), None)
     }
 

@@ -112,6 +112,8 @@ impl TaskService {
             }
         }
 
+        let containment = inner.providers.containment();
+        containment.check_required().map_err(|e| ToolError::new(code::AGENT_SANDBOX_UNAVAILABLE, e.0))?;
         let info = inner.providers.probe(req.runtime).await;
         if !info.available {
             return Err(ToolError::new(
@@ -170,6 +172,7 @@ impl TaskService {
         let (manifest_json, manifest_sha256) = manifest::build(&ManifestInput {
             submission: &submission,
             runtime_version: info.version.as_deref(),
+            containment: containment.kind(),
             workdir: &workdir,
             limits: &inner.config.limits,
             principal: &principal.name,

@@ -186,6 +186,8 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
         claude: RuntimeBinary { bin: Some(home.join(".local/bin/claude")), home: Some(PathBuf::from("/opt/claude")) },
         board_addr: "[::1]:7000".parse()?,
         log_level: LogLevel::Debug,
+        sandbox: crate::config::SandboxSettings::default(),
+        config_file: None,
         workdirs: vec![
             Workdir {
                 slot: 1,

@@ -23,6 +23,7 @@ use super::env::{BaseEnv, CLAUDE_PREFIXES, CLAUDE_QUIET};
 use super::io;
 use super::probe::{self, ProbeCache, Probed};
 use super::process::{SpawnSpec, spawn};
+use super::sandbox::Containment;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
 use crate::config::{RuntimeBinary, RuntimeName};
 use crate::model::Profile;
@@ -37,6 +38,7 @@ pub struct ClaudeRuntime {
     home: Option<PathBuf>,
     base_env: BaseEnv,
     probe: Arc<ProbeCache>,
+    containment: Containment,
 }
 
 /// The command line for a turn.
@@ -54,6 +56,8 @@ pub fn args(spec: &StartSpec) -> Vec<OsString> {
         "default",
         "--setting-sources",
         "",
+        // Only the MCP servers the bridge names (none): the operator's own never reach a task.
+        "--strict-mcp-config",
     ]
     .into_iter()
     .map(OsString::from)
@@ -77,8 +81,14 @@ pub fn args(spec: &StartSpec) -> Vec<OsString> {
 
 impl ClaudeRuntime {
     /// From the configured binary (already resolved by the caller when it was found on PATH).
-    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv) -> ClaudeRuntime {
-        ClaudeRuntime { bin: binary.bin.clone(), home: binary.home.clone(), base_env, probe: Arc::default() }
+    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv, containment: Containment) -> ClaudeRuntime {
+        ClaudeRuntime {
+            bin: binary.bin.clone(),
+            home: binary.home.clone(),
+            base_env,
+            probe: Arc::default(),
+            containment,
+        }
     }
 
     fn env(&self) -> Vec<(OsString, OsString)> {
@@ -120,7 +130,10 @@ impl ClaudeRuntime {
             cwd: spec.cwd.clone(),
             env: self.env(),
             task_id: spec.task_id.clone(),
+            sandbox: Some(self.containment.clone()),
+            expose: Vec::new(),
         })
+        .await
         .map_err(|e| StartError { code: "AGENT_PROVIDER_ERROR", message: format!("cannot start claude: {e}") })?;
         let (lines_tx, lines) = mpsc::channel(256);
         let (outbox, outbox_rx) = mpsc::unbounded_channel();

@@ -21,6 +21,7 @@ use super::env::{BaseEnv, CODEX_PREFIXES};
 use super::io;
 use super::probe::{self, ProbeCache, Probed};
 use super::process::{SpawnSpec, spawn};
+use super::sandbox::Containment;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
 use crate::config::{RuntimeBinary, RuntimeName};
 
@@ -33,12 +34,15 @@ pub mod rpc;
 pub use driver::policy;
 
 /// `-c` overrides every Codex child gets.
-pub const CONFIG_OVERRIDES: [&str; 5] = [
+pub const CONFIG_OVERRIDES: [&str; 6] = [
     "features.plugins=false",
     "features.apps=false",
     "analytics.enabled=false",
     "features.default_mode_request_user_input=true",
     "suppress_unstable_features_warning=true",
+    // The operator's own MCP servers (config.toml) never reach a task: a remote caller's
+    // agent gets the tools the bridge decided, not the operator's.
+    "mcp_servers={}",
 ];
 
 /// The Codex runtime.
@@ -49,6 +53,7 @@ pub struct CodexRuntime {
     base_env: BaseEnv,
     probe: Arc<ProbeCache>,
     catalog: Arc<tokio::sync::Mutex<Option<(std::time::Instant, Value)>>>,
+    containment: Containment,
 }
 
 /// How long a model catalog is reused (each listing starts a short-lived app-server).
@@ -56,8 +61,9 @@ const CATALOG_TTL: Duration = Duration::from_secs(60);
 
 impl CodexRuntime {
     /// From the configured binary (already resolved by the caller when it was found on PATH).
-    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv) -> CodexRuntime {
+    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv, containment: Containment) -> CodexRuntime {
         CodexRuntime {
+            containment,
             bin: binary.bin.as_deref().map(native_binary),
             home: binary.home.clone(),
             base_env,
@@ -103,7 +109,13 @@ impl CodexRuntime {
         info
     }
 
-    fn spawn_child(&self, task_id: &str, cwd: &Path) -> Result<(Session, rpc::Rpc, Channels), StartError> {
+    /// Spawns `codex app-server`; a task's child (`contained`) runs in the task sandbox.
+    async fn spawn_child(
+        &self,
+        task_id: &str,
+        cwd: &Path,
+        contained: bool,
+    ) -> Result<(Session, rpc::Rpc, Channels), StartError> {
         let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("codex"))?;
         let spawned = spawn(SpawnSpec {
             program: bin,
@@ -111,7 +123,10 @@ impl CodexRuntime {
             cwd: cwd.to_owned(),
             env: self.env(),
             task_id: task_id.to_owned(),
+            sandbox: contained.then(|| self.containment.clone()),
+            expose: Vec::new(),
         })
+        .await
         .map_err(|e| StartError { code: "AGENT_PROVIDER_ERROR", message: format!("cannot start codex: {e}") })?;
         let (lines_tx, lines) = mpsc::channel(256);
         let (outbox, outbox_rx) = mpsc::unbounded_channel();
@@ -136,7 +151,7 @@ impl CodexRuntime {
     /// once: the handshake runs in the session's driver, so the recovery guard can record the
     /// child before anything else happens.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
-        let (mut session, rpc, ch) = self.spawn_child(&spec.task_id, &spec.cwd)?;
+        let (mut session, rpc, ch) = self.spawn_child(&spec.task_id, &spec.cwd, true).await?;
         let driver = driver::Driver {
             rpc,
             incoming: ch.incoming,
@@ -174,7 +189,7 @@ impl CodexRuntime {
         }
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
         let marker = format!("models-codex-{}", crate::ids::request_id());
-        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd) {
+        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd, false).await {
             Ok(parts) => parts,
             Err(e) => return unavailable(e.message),
         };

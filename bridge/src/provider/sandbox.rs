@@ -1,0 +1,394 @@
+//! The task sandbox: every provider child in its own user, mount, PID and cgroup namespaces,
+//! started through Debian's `bubblewrap` (`bwrap`), unprivileged.
+//!
+//! Inside, the host filesystem is the same at the same paths, except that the bridge's private
+//! directories (state, socket, locks, the rendered config and `provider.env`), the user's
+//! session sockets (`$XDG_RUNTIME_DIR`, screen's directory) and the operator's
+//! `SERVERFS_AGENT_SANDBOX_HIDE` paths are replaced by empty read-only directories (an empty
+//! file for a file), and `/tmp` is a fresh per-task directory. The child is the tree of its own
+//! PID namespace's init: when the sandbox ends, or the bridge dies (`--die-with-parent`), the
+//! kernel kills every process in it, whatever they did to their session or environment.
+//!
+//! [`Containment::detect`] decides once, at startup, whether this machine can run the sandbox
+//! (`SERVERFS_AGENT_SANDBOX=auto|required|off`); the decision is shown by `doctor`,
+//! `list_agent_runtimes`, each task's manifest and the board.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::env::BaseEnv;
+use crate::config::{BridgeConfig, SandboxMode};
+
+/// What a task runs under, decided once at startup.
+#[derive(Debug, Clone)]
+pub struct Containment {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    mode: SandboxMode,
+    /// The bubblewrap executable and its version, when the sandbox works here.
+    bwrap: Option<(PathBuf, String)>,
+    /// Why there is no sandbox (operator-facing; may name host paths, never sent to MCP).
+    reason: Option<String>,
+    /// What to replace by empty directories (existing, canonical).
+    hidden: Vec<PathBuf>,
+    /// Where each task's private `/tmp` is created.
+    tmp_root: PathBuf,
+    /// The configured workdirs (bound back when they live under the host's `/tmp`).
+    workdirs: Vec<PathBuf>,
+}
+
+/// How to start one child inside the sandbox.
+#[derive(Debug, Clone)]
+pub struct Wrap {
+    /// The bwrap executable.
+    pub bwrap: PathBuf,
+    /// bwrap's arguments up to and including `--`; the program and its arguments follow.
+    pub args: Vec<OsString>,
+    /// The task's private `/tmp` on the host, removed once the task's stop is proven.
+    pub private_tmp: PathBuf,
+}
+
+/// Refused to start a task without the sandbox (`AGENT_SANDBOX_UNAVAILABLE`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// The descriptor bwrap writes its JSON information to (the sandbox's init pid and namespaces).
+pub const INFO_FD: i32 = 3;
+
+const INSTALL_HINT: &str = "install Debian's bubblewrap (apt-get install bubblewrap) and restart the bridge";
+const USERNS_HINT: &str = "unprivileged user namespaces are refused here: allow them (sysctl \
+     kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 and later sysctl \
+     kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile that lets bwrap use them) \
+     and restart the bridge";
+
+impl Containment {
+    /// Decides whether tasks run in the sandbox: looks `bwrap` up on the bridge's `PATH` and
+    /// starts one trivial sandbox to see that the kernel allows it. Blocking (runs a process,
+    /// bounded to 10 s). Refuses a hidden path that would hide a workdir.
+    pub fn detect(config: &BridgeConfig, base_env: &BaseEnv) -> Result<Containment, String> {
+        let hidden = hidden_paths(config, base_env)?;
+        let tmp_root = config.state_dir.join("tmp");
+        let (bwrap, reason) = match config.sandbox.mode {
+            SandboxMode::Off => (None, Some("SERVERFS_AGENT_SANDBOX=off: tasks run without a sandbox".to_owned())),
+            SandboxMode::Auto | SandboxMode::Required => match super::probe::which("bwrap", base_env.get("PATH")) {
+                None => (None, Some(format!("bwrap is not on the bridge's PATH: {INSTALL_HINT}"))),
+                Some(bin) => match try_sandbox(&bin) {
+                    Ok(version) => (Some((bin, version)), None),
+                    Err(why) => (None, Some(why)),
+                },
+            },
+        };
+        let workdirs = config.workdirs.iter().map(|w| w.path.clone()).collect();
+        let inner = Inner { mode: config.sandbox.mode, bwrap, reason, hidden, tmp_root, workdirs };
+        Ok(Containment { inner: Arc::new(inner) })
+    }
+
+    /// No sandbox, for tests of the layers above (says why).
+    pub fn none(mode: SandboxMode, reason: &str) -> Containment {
+        Containment {
+            inner: Arc::new(Inner {
+                mode,
+                bwrap: None,
+                reason: Some(reason.to_owned()),
+                hidden: Vec::new(),
+                tmp_root: std::env::temp_dir(),
+                workdirs: Vec::new(),
+            }),
+        }
+    }
+
+    /// Whether tasks run in the sandbox.
+    pub fn contained(&self) -> bool {
+        self.inner.bwrap.is_some()
+    }
+
+    /// `bubblewrap` or `none`: what a task's manifest records.
+    pub fn kind(&self) -> &'static str {
+        if self.contained() { "bubblewrap" } else { "none" }
+    }
+
+    /// The refusal for a new task, when the mode is `required` and the sandbox cannot run.
+    pub fn check_required(&self) -> Result<(), Unavailable> {
+        match (&self.inner.bwrap, self.inner.mode) {
+            (None, SandboxMode::Required) => Err(Unavailable(format!(
+                "SERVERFS_AGENT_SANDBOX=required but the task sandbox cannot run on this machine: {}",
+                caller_safe(self.inner.reason.as_deref().unwrap_or("unknown"))
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The operator's view (`doctor`, the board): may name host paths.
+    pub fn operator_json(&self) -> Value {
+        json!({
+            "mode": self.inner.mode.as_str(),
+            "kind": self.kind(),
+            "contained": self.contained(),
+            "bwrap": self.inner.bwrap.as_ref().map(|(p, _)| p.display().to_string()),
+            "version": self.inner.bwrap.as_ref().map(|(_, v)| v.clone()),
+            "detail": self.inner.reason,
+            "hidden": self.inner.hidden.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        })
+    }
+
+    /// A caller's view (`list_agent_runtimes`): no host path.
+    pub fn caller_json(&self) -> Value {
+        json!({
+            "mode": self.inner.mode.as_str(),
+            "kind": self.kind(),
+            "contained": self.contained(),
+            "detail": self.inner.reason.as_deref().map(caller_safe),
+        })
+    }
+
+    /// How to start a child of `task_id` in the sandbox (`None` when uncontained). `expose` are
+    /// paths the child needs: its cwd, its program's directory, and private paths the runtime
+    /// itself uses (the fake runtime's session store). Blocking (creates the private `/tmp`).
+    pub fn wrap(
+        &self,
+        task_id: &str,
+        env: &[(OsString, OsString)],
+        expose: &[PathBuf],
+    ) -> std::io::Result<Option<Wrap>> {
+        let Some((bwrap, _)) = &self.inner.bwrap else { return Ok(None) };
+        let private_tmp = self.inner.tmp_root.join(task_id);
+        crate::files::ensure_private_dir(&self.inner.tmp_root).map_err(std::io::Error::other)?;
+        match std::fs::create_dir(&private_tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let mut args: Vec<OsString> = [
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--dev-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--bind",
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        args.push(private_tmp.clone().into_os_string());
+        args.push("/tmp".into());
+        // What lives under the host's /tmp is gone with the private one; the paths the task
+        // legitimately uses there (its workdir, its home, the runtime's own directories, the
+        // program) are bound back at the same place.
+        let tmp = Path::new("/tmp");
+        let mut back: Vec<PathBuf> = Vec::new();
+        let from_env = env.iter().filter(|(k, _)| REEXPOSED_VARS.iter().any(|v| k == v)).map(|(_, v)| PathBuf::from(v));
+        for path in from_env.chain(self.inner.workdirs.iter().cloned()).chain(expose.iter().cloned()) {
+            let Ok(path) = path.canonicalize() else { continue };
+            if path.starts_with(tmp) && path != tmp && !back.iter().any(|b| path.starts_with(b)) {
+                back.retain(|b| !b.starts_with(&path));
+                back.push(path);
+            }
+        }
+        for path in &back {
+            args.extend(["--bind".into(), path.clone().into_os_string(), path.clone().into_os_string()]);
+        }
+        for path in &self.inner.hidden {
+            // Under /tmp, only what was bound back is visible at all; what does not exist
+            // (yet) cannot be mounted over and holds nothing.
+            if (path.starts_with(tmp) && !back.iter().any(|b| path.starts_with(b))) || !path.exists() {
+                continue;
+            }
+            if path.is_dir() {
+                args.extend(["--tmpfs".into(), path.clone().into_os_string()]);
+                args.extend(["--remount-ro".into(), path.clone().into_os_string()]);
+            } else {
+                args.extend(["--ro-bind".into(), "/dev/null".into(), path.clone().into_os_string()]);
+            }
+        }
+        // A runtime's own private directory inside a hidden one comes back after the hiding.
+        for path in expose {
+            let Ok(path) = path.canonicalize() else { continue };
+            if self.inner.hidden.iter().any(|h| path.starts_with(h)) {
+                args.extend(["--bind".into(), path.clone().into_os_string(), path.clone().into_os_string()]);
+            }
+        }
+        args.extend(["--setenv".into(), "TMPDIR".into(), "/tmp".into()]);
+        args.extend(["--info-fd".into(), INFO_FD.to_string().into(), "--".into()]);
+        Ok(Some(Wrap { bwrap: bwrap.clone(), args, private_tmp }))
+    }
+}
+
+/// Variables whose directories a task keeps when they live under the host's `/tmp`.
+const REEXPOSED_VARS: &[&str] = &[
+    "HOME",
+    "CODEX_HOME",
+    "CLAUDE_CONFIG_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+];
+
+/// What bwrap tells about a started sandbox (`--info-fd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxInfo {
+    /// The sandbox's init, as a pid of the bridge's namespace.
+    pub init_pid: i32,
+    /// The sandbox's PID namespace (the inode of `/proc/<pid>/ns/pid`).
+    pub pid_ns: u64,
+}
+
+/// Parses bwrap's `--info-fd` JSON.
+pub fn parse_info(text: &str) -> Option<SandboxInfo> {
+    let v: Value = serde_json::from_str(text.trim()).ok()?;
+    Some(SandboxInfo {
+        init_pid: i32::try_from(v.get("child-pid")?.as_i64()?).ok().filter(|p| *p > 1)?,
+        pid_ns: v.get("pid-namespace")?.as_u64()?,
+    })
+}
+
+/// Removes a task's private `/tmp` (after its stop is proven). Blocking.
+pub fn remove_private_tmp(path: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(cause = %e, "cannot remove a task's private /tmp");
+    }
+}
+
+/// Removes the private `/tmp` of every task but `keep` (startup: no task is running). Blocking.
+pub fn sweep_private_tmps(state_dir: &Path, keep: &[String]) {
+    let Ok(dir) = std::fs::read_dir(state_dir.join("tmp")) else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if name.to_str().is_some_and(|n| crate::ids::looks_like(n, "agt_") && !keep.iter().any(|k| k == n)) {
+            remove_private_tmp(&entry.path());
+        }
+    }
+}
+
+/// A reason without host paths, for a caller.
+fn caller_safe(reason: &str) -> String {
+    reason
+        .split_whitespace()
+        .map(|w| if w.contains('/') && w.len() > 1 { "<path>" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Starts one trivial sandbox with the flags tasks use; returns bwrap's version, or why the
+/// sandbox cannot run here.
+fn try_sandbox(bwrap: &Path) -> Result<String, String> {
+    let version = super::process::run_bounded(bwrap, &["--version"], Duration::from_secs(10))
+        .map_err(|e| format!("{} cannot be run: {e}; {INSTALL_HINT}", bwrap.display()))?;
+    let args = [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--dev-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--",
+        "true",
+    ];
+    super::process::run_bounded(bwrap, &args, Duration::from_secs(10))
+        .map_err(|e| format!("{} cannot start a sandbox ({}): {USERNS_HINT}", bwrap.display(), e.trim()))?;
+    Ok(version.trim().trim_start_matches("bubblewrap").trim().to_owned())
+}
+
+/// The bridge's private paths and the user's session sockets, plus the operator's, that exist
+/// here. Refuses one that is, or contains, a workdir (the task could not work).
+fn hidden_paths(config: &BridgeConfig, base_env: &BaseEnv) -> Result<Vec<PathBuf>, String> {
+    let mut wanted: Vec<(PathBuf, &str)> =
+        vec![(config.state_dir.clone(), "the state directory"), (config.lock_dir.clone(), "the lock directory")];
+    if let Some(dir) = config.socket_path.parent() {
+        wanted.push((dir.to_owned(), "the socket directory"));
+    }
+    if let Some(file) = &config.config_file {
+        wanted.push((file.clone(), "the rendered config"));
+        if let Some(dir) = file.parent() {
+            wanted.push((dir.join("provider.env"), "provider.env"));
+        }
+    }
+    let home = base_env.get("HOME").map(PathBuf::from);
+    if let Some(home) = &home {
+        wanted.push((home.join(".config/agent-bridge"), "the installed config directory"));
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    match base_env.get("XDG_RUNTIME_DIR") {
+        Some(dir) => wanted.push((PathBuf::from(dir), "$XDG_RUNTIME_DIR")),
+        None => wanted.push((PathBuf::from(format!("/run/user/{uid}")), "the user's runtime directory")),
+    }
+    if let Some(dir) = base_env.get("SCREENDIR") {
+        wanted.push((PathBuf::from(dir), "$SCREENDIR"));
+    }
+    if let Some(user) = nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten() {
+        wanted.push((PathBuf::from(format!("/run/screen/S-{}", user.name)), "screen's sockets"));
+    }
+    if let Some(dir) = base_env.get("TMUX_TMPDIR") {
+        wanted.push((PathBuf::from(dir).join(format!("tmux-{uid}")), "tmux's sockets"));
+    }
+    for path in &config.sandbox.hide {
+        wanted.push((path.clone(), "SERVERFS_AGENT_SANDBOX_HIDE"));
+    }
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for (path, what) in wanted {
+        // The bridge's own directories may not exist yet (the socket's is made at bind): they
+        // are kept and hidden once they exist; anything else that does not exist is skipped.
+        let own = what.starts_with("the state") || what.starts_with("the lock") || what.starts_with("the socket");
+        let path = match path.canonicalize() {
+            Ok(p) => p,
+            Err(_) if own && path.is_absolute() => path,
+            Err(_) => continue,
+        };
+        if path == Path::new("/") || home.as_deref().is_some_and(|h| path == h) {
+            return Err(format!("the task sandbox would hide {} ({what}): name a narrower path", path.display()));
+        }
+        if let Some(w) = config.workdirs.iter().find(|w| w.path.canonicalize().is_ok_and(|p| p.starts_with(&path))) {
+            return Err(format!(
+                "the task sandbox would hide workdir {} inside {} ({what}); move one of them",
+                w.alias,
+                path.display()
+            ));
+        }
+        if !hidden.contains(&path) {
+            hidden.push(path);
+        }
+    }
+    Ok(hidden)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bwrap_info_is_read_strictly() {
+        let info = parse_info("{\n \"child-pid\": 1813,\n \"cgroup-namespace\": 1, \"pid-namespace\": 4026532176\n}");
+        assert_eq!(info, Some(SandboxInfo { init_pid: 1813, pid_ns: 4026532176 }));
+        assert_eq!(parse_info("{\"child-pid\": 1}"), None);
+        assert_eq!(parse_info("{\"child-pid\": 1, \"pid-namespace\": 5}"), None, "pid 1 is never a sandbox's init");
+        assert_eq!(parse_info("{\"child-pid\": -4, \"pid-namespace\": 5}"), None);
+        assert_eq!(parse_info(""), None);
+        assert_eq!(parse_info("{\"child-pid\": \"12\", \"pid-namespace\": 5}"), None);
+    }
+
+    #[test]
+    fn reasons_shown_to_callers_name_no_path() {
+        let shown = caller_safe("/usr/bin/bwrap cannot start a sandbox (bwrap: No permissions): allow them");
+        assert!(!shown.contains("/usr"), "{shown}");
+        assert!(shown.contains("cannot start a sandbox"), "{shown}");
+    }
+}

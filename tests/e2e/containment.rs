@@ -1,0 +1,388 @@
+//! Containment (DESIGN §2 invariant 8, §6): a task's processes attack the bridge from inside
+//! the task, through the fake runtime's `exec:COMMAND`, and fail — they cannot reach the socket,
+//! the store, the spool, the config or the user's session sockets; a peer inside a task is
+//! refused even when the socket is reachable; nothing a task starts outlives it, whatever it
+//! does to its session and environment, also when the bridge is killed — while the very same
+//! attempts from the operator's own shell succeed.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use e2e::{Options, TestBridge, poll_until};
+
+/// Whether this machine runs the task sandbox (bwrap installed, user namespaces allowed).
+/// Under `CI=true` a missing sandbox fails the test: `.ci/run` installs bubblewrap.
+pub fn sandbox_available() -> bool {
+    let ok = std::process::Command::new("bwrap")
+        .args(["--unshare-user", "--unshare-pid", "--dev-bind", "/", "/", "--proc", "/proc", "--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true and bwrap cannot start a sandbox here");
+        eprintln!("\n*** SKIPPED: bwrap cannot start a sandbox on this machine (apt-get install bubblewrap) ***\n");
+    }
+    ok
+}
+
+/// The attacker: connects to the bridge socket as a task's process would and tries the
+/// operator's powers, then reads the bridge's files. Prints one JSON object per attempt.
+const ATTACK: &str = r#"
+import json, os, socket, sys
+sock_path, state_dir, config_file, runtime_dir, plan_id, task_id, request_id = sys.argv[1:8]
+def call(name, args):
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(sock_path)
+        req = {"protocol_version": 1, "request_id": "x", "method": "capabilities.call",
+               "params": {"credential": None, "surface": "cli", "client": None, "name": name, "arguments": args}}
+        s.sendall((json.dumps(req) + "\n").encode())
+        line = s.makefile().readline()
+        s.close()
+        reply = json.loads(line)
+        return "ok" if reply.get("ok") else reply["error"]["code"]
+    except OSError as e:
+        return "connect failed: " + type(e).__name__
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return "read %d bytes" % len(f.read())
+    except OSError as e:
+        return "unreadable: " + type(e).__name__
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as e:
+        return "unlistable: " + type(e).__name__
+out = {
+    "admin_create_api_key": call("admin_create_api_key", {"name": "stolen", "role": "admin"}),
+    "admin_approve_plan": call("admin_approve_plan", {"plan_id": plan_id}),
+    "respond_agent_approval": call("respond_agent_approval", {"task_id": task_id, "request_id": request_id, "decision": "approve_once"}),
+    "store": read(os.path.join(state_dir, "bridge.sqlite3")),
+    "state_dir": listing(state_dir),
+    "config": read(config_file),
+    "runtime_dir": listing(runtime_dir),
+}
+print(json.dumps(out))
+"#;
+
+/// A bridge whose provider children see a session-socket directory (`XDG_RUNTIME_DIR`) with
+/// something in it, a pending plan and a task waiting for approval on `docs`.
+struct Scene {
+    b: TestBridge,
+    plan_id: String,
+    waiting_task: String,
+    request_id: String,
+    runtime_dir: std::path::PathBuf,
+    _runtime_home: tempfile::TempDir,
+}
+
+async fn scene(env: &[&str]) -> Scene {
+    let mut options = Options::default();
+    for line in env {
+        options = options.with(line);
+    }
+    let mut b = TestBridge::prepare(options);
+    // Outside /tmp (which a task never sees anyway), as /run/user/UID is.
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).filter(|h| h.is_dir()).expect("a HOME");
+    let runtime_home = tempfile::Builder::new().prefix(".ab-e2e-xdg-").tempdir_in(home).expect("runtime dir");
+    let runtime_dir = runtime_home.path().canonicalize().expect("canonical");
+    std::fs::create_dir_all(runtime_dir.join("systemd")).expect("runtime dir");
+    std::fs::write(runtime_dir.join("bus"), b"").expect("a stand-in session bus");
+    b.set_var("XDG_RUNTIME_DIR", &runtime_dir.display().to_string());
+    std::fs::write(b.repo.join("attack.py"), ATTACK).expect("write the attack script");
+    b.spawn().await;
+    // A remote caller's plan waits for a human (the operator's own would be approved at once).
+    let caller = b.create_key("caller", "operator").await;
+    let plan = b
+        .call_mcp(
+            Some(&caller),
+            "submit_agent_plan",
+            json!({ "workdir": "repo", "runtime": "fake", "title": "Held plan", "steps": [{ "title": "one", "prompt": "complete:planned" }] }),
+        )
+        .await
+        .expect("submit a plan");
+    let plan_id = plan["plan_id"].as_str().expect("plan_id").to_owned();
+    let waiting = b
+        .submit_args(json!({ "workdir": "docs", "profile": "review", "prompt": "approval:may I?" }))
+        .await
+        .expect("submit the waiting task");
+    let waiting_task = waiting["task_id"].as_str().expect("task_id").to_owned();
+    let task = b.wait_for(&waiting_task, |t| t["status"] == "waiting_for_approval").await;
+    let request_id = task["pending_request"]["request_id"].as_str().expect("request_id").to_owned();
+    Scene { b, plan_id, waiting_task, request_id, runtime_dir, _runtime_home: runtime_home }
+}
+
+impl Scene {
+    fn attack_command(&self) -> String {
+        let b = &self.b;
+        format!(
+            "python3 attack.py {} {} {} {} {} {} {}",
+            b.socket.display(),
+            b.state_dir.display(),
+            b.env_file.display(),
+            self.runtime_dir.display(),
+            self.plan_id,
+            self.waiting_task,
+            self.request_id
+        )
+    }
+
+    /// Runs the attack inside a fake task (prefixed by `prefix`, e.g. a `setsid`) and returns
+    /// what it reported.
+    async fn attack_from_a_task(&self, prefix: &str) -> (String, Value) {
+        let prompt = format!("exec:{prefix}{}", self.attack_command());
+        let id = self.b.submit(&prompt).await;
+        let end = self.b.wait_terminal(&id).await;
+        assert_eq!(end["status"], "succeeded", "{end:#}\n{}", self.b.log());
+        let text = end["final_response"].as_str().expect("final_response");
+        let line = text.lines().last().unwrap_or_default();
+        let report =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("the attack printed no report ({e}): {text}"));
+        assert!(text.starts_with("exit=0"), "{text}");
+        (id, report)
+    }
+
+    /// The same script from the operator's own shell (this test process).
+    fn attack_from_the_operator(&self) -> Value {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(self.attack_command())
+            .current_dir(&self.b.repo)
+            .output()
+            .expect("run python3");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("the operator's report")
+    }
+
+    /// The human gates are untouched: the plan still waits, the approval still pends.
+    async fn gates_hold(&self) {
+        let plan = self.b.call("get_agent_plan", json!({ "plan_id": self.plan_id })).await.expect("plan");
+        assert_eq!(plan["status"], "pending_approval", "{plan:#}");
+        let task = self.b.get(&self.waiting_task).await;
+        assert_eq!(task["status"], "waiting_for_approval", "{task:#}");
+        let keys = self.b.call("admin_list_api_keys", json!({})).await.expect("keys");
+        assert!(!keys.to_string().contains("stolen"), "no key was minted: {keys:#}");
+    }
+}
+
+#[tokio::test]
+async fn a_sandboxed_task_reaches_neither_the_socket_nor_the_bridge_files_and_the_operator_does() {
+    if !sandbox_available() {
+        return;
+    }
+    let s = scene(&[]).await;
+    let (_, report) = s.attack_from_a_task("").await;
+    for call in ["admin_create_api_key", "admin_approve_plan", "respond_agent_approval"] {
+        assert!(
+            report[call].as_str().is_some_and(|r| r.starts_with("connect failed")),
+            "{call} from inside the sandbox: {report:#}"
+        );
+    }
+    assert!(report["store"].as_str().is_some_and(|r| r.starts_with("unreadable")), "{report:#}");
+    // Empty but for the fake runtime's own session store, bound back because the fake needs it.
+    assert_eq!(report["state_dir"], json!(["runtimes"]), "the state directory is emptied: {report:#}");
+    assert!(
+        report["config"] == "read 0 bytes" || report["config"].as_str().is_some_and(|r| r.starts_with("unreadable")),
+        "the config reads as nothing: {report:#}"
+    );
+    assert_eq!(report["runtime_dir"], json!([]), "XDG_RUNTIME_DIR shows nothing: {report:#}");
+    s.gates_hold().await;
+
+    let report = s.attack_from_the_operator();
+    assert_eq!(report["admin_create_api_key"], "ok", "{report:#}");
+    assert_eq!(report["admin_approve_plan"], "ok", "{report:#}");
+    assert_eq!(report["respond_agent_approval"], "ok", "{report:#}");
+    assert!(report["store"].as_str().is_some_and(|r| r.starts_with("read ") && r != "read 0 bytes"), "{report:#}");
+    assert!(report["state_dir"].as_array().is_some_and(|l| l.iter().any(|f| f == "bridge.sqlite3")), "{report:#}");
+    assert!(report["runtime_dir"].as_array().is_some_and(|l| l.len() == 2), "{report:#}");
+    let task = s.b.wait_terminal(&s.waiting_task).await;
+    assert_eq!(task["status"], "succeeded", "the operator's approval went through: {task:#}");
+}
+
+#[tokio::test]
+async fn a_task_process_on_a_reachable_socket_is_refused_and_audited_under_its_task() {
+    // Without the sandbox the socket is reachable: the peer check alone must hold, also for a
+    // process that dropped the marker and left the task's session.
+    let s = scene(&["SERVERFS_AGENT_SANDBOX=off"]).await;
+    for prefix in ["", "env -u AGENT_BRIDGE_TASK setsid "] {
+        let (id, report) = s.attack_from_a_task(prefix).await;
+        for call in ["admin_create_api_key", "admin_approve_plan", "respond_agent_approval"] {
+            assert_eq!(report[call], "PEER_NOT_AUTHORIZED", "{call} with prefix {prefix:?}: {report:#}");
+        }
+        s.gates_hold().await;
+        let log = s.b.call("admin_read_audit_log", json!({ "task_id": id })).await.expect("audit");
+        let refused: Vec<&Value> =
+            log["rows"].as_array().expect("rows").iter().filter(|r| r["error_code"] == "PEER_NOT_AUTHORIZED").collect();
+        assert_eq!(refused.len(), 3, "each attempt is audited under task {id}: {log:#}");
+        assert!(refused.iter().all(|r| r["surface"] == "cli" && r["principal"].is_null()), "{refused:#?}");
+    }
+    let report = s.attack_from_the_operator();
+    assert_eq!(report["admin_create_api_key"], "ok", "the operator's CLI keeps working: {report:#}");
+}
+
+/// Pids of live processes whose command line is exactly `words`.
+fn processes_running(words: &[&str]) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let want: Vec<u8> = words.iter().flat_map(|w| w.bytes().chain([0])).collect();
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|pid| e2e::state_and_parent(*pid).is_some_and(|(state, _)| state != "Z"))
+        .collect()
+}
+
+fn unique_seconds() -> String {
+    format!("600.{}{}", std::process::id(), rand_suffix())
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() % 100_000).unwrap_or(7)
+}
+
+#[tokio::test]
+async fn a_detached_sleeper_without_the_marker_dies_with_its_task() {
+    if !sandbox_available() {
+        return;
+    }
+    let b = TestBridge::start().await;
+    let seconds = unique_seconds();
+    let id = b.submit(&format!("exec:env -u AGENT_BRIDGE_TASK setsid sh -c 'sleep {seconds}' & echo left")).await;
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "succeeded", "{end:#}");
+    b.wait_released(&id, 1).await;
+    assert_eq!(processes_running(&["sleep", &seconds]), Vec::<i32>::new(), "the sleeper is gone with its task");
+    assert!(b.lease_is_free(1));
+    assert_eq!(b.guard_count(), 0);
+    assert!(b.log().contains("proof=\"pid_namespace\""), "the namespace proof applied:\n{}", b.log());
+    let manifest =
+        b.db().query_row("SELECT manifest_json FROM tasks WHERE task_id = ?1", [&id], |r| r.get::<_, String>(0));
+    assert!(manifest.expect("manifest").contains("\"containment\":\"bubblewrap\""));
+}
+
+#[tokio::test]
+async fn without_the_sandbox_a_detached_sleeper_outlives_its_task_as_documented() {
+    let b = TestBridge::start_with(Options::default().with("SERVERFS_AGENT_SANDBOX=off")).await;
+    let seconds = unique_seconds();
+    let id = b.submit(&format!("exec:env -u AGENT_BRIDGE_TASK setsid sh -c 'sleep {seconds}' & echo left")).await;
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "succeeded", "{end:#}");
+    b.wait_released(&id, 1).await;
+    let left = processes_running(&["sleep", &seconds]);
+    for pid in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    assert_eq!(left.len(), 1, "the marker proof cannot see a process that dropped the marker");
+    assert!(b.log().contains("proof=\"marker\""), "the marker proof applied:\n{}", b.log());
+    let manifest =
+        b.db().query_row("SELECT manifest_json FROM tasks WHERE task_id = ?1", [&id], |r| r.get::<_, String>(0));
+    assert!(manifest.expect("manifest").contains("\"containment\":\"none\""));
+}
+
+#[tokio::test]
+async fn a_killed_bridge_takes_its_sandboxes_along_and_the_next_one_proves_the_stop() {
+    if !sandbox_available() {
+        return;
+    }
+    let mut b = TestBridge::start().await;
+    let seconds = unique_seconds();
+    let id = b.submit(&format!("exec:sleep {seconds}")).await;
+    b.wait_for(&id, |t| t["status"] == "running").await;
+    poll_until("the long command runs", Duration::from_secs(20), || processes_running(&["sleep", &seconds]).len() == 1)
+        .await;
+    assert_eq!(b.guard_count(), 1);
+    b.crash().await;
+    let killed = std::time::Instant::now();
+    poll_until("the command dies with the bridge", Duration::from_secs(10), || {
+        processes_running(&["sleep", &seconds]).is_empty()
+    })
+    .await;
+    e2e::measured(format_args!("the sandboxed command was gone {:?} after kill -9 of the bridge", killed.elapsed()));
+    b.spawn().await;
+    let task = b.get(&id).await;
+    assert_eq!(
+        (task["status"].as_str(), task["error"]["code"].as_str()),
+        (Some("interrupted"), Some("BRIDGE_RESTARTED"))
+    );
+    let guards = b.call("admin_workdir_status", json!({})).await.expect("status");
+    assert_eq!(
+        b.guard_count(),
+        0,
+        "the next bridge proved the stop from the namespace and cleared the guard: {guards:#}\n{}",
+        b.log()
+    );
+    assert!(b.lease_is_free(1));
+}
+
+#[tokio::test]
+async fn required_without_bwrap_refuses_tasks_and_auto_runs_them_uncontained() {
+    let empty = tempfile::tempdir().expect("an empty PATH directory");
+    let path = empty.path().display().to_string();
+    let b = TestBridge::start_with(Options::default().with("SERVERFS_AGENT_SANDBOX=required").var("PATH", &path)).await;
+    let refused = b.submit_args(json!({ "prompt": "complete:x" })).await;
+    let (code, message) = e2e::error_of(&refused);
+    assert_eq!(code, "AGENT_SANDBOX_UNAVAILABLE", "{message}");
+    assert!(message.contains("bwrap") && message.contains("apt-get install bubblewrap"), "names the fix: {message}");
+    assert_eq!(b.task_count(), 0, "nothing was created");
+    let doctor = doctor_json(&b);
+    assert_eq!(doctor["containment"]["contained"], false);
+    assert!(sandbox_check(&doctor).starts_with("fail"), "{doctor:#}");
+
+    let b = TestBridge::start_with(Options::default().var("PATH", &path)).await;
+    let id = b.submit("complete:uncontained").await;
+    assert_eq!(b.wait_terminal(&id).await["status"], "succeeded");
+    let doctor = doctor_json(&b);
+    let check = sandbox_check(&doctor);
+    assert!(check.starts_with("warn") && check.contains("not contained"), "{check}");
+    let runtimes = b.call("list_agent_runtimes", json!({})).await.expect("runtimes");
+    assert_eq!(runtimes["containment"]["kind"], "none", "{runtimes:#}");
+    assert!(!runtimes.to_string().contains(&path), "no host path reaches a caller: {runtimes:#}");
+}
+
+fn doctor_json(b: &TestBridge) -> Value {
+    let out = b.cli_env(&["doctor", "--json"]);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `level: detail` of the doctor's sandbox check.
+fn sandbox_check(doctor: &Value) -> String {
+    let checks = doctor["checks"].as_array().expect("checks");
+    let c = checks.iter().find(|c| c["check"] == "sandbox").unwrap_or_else(|| panic!("no sandbox check: {doctor:#}"));
+    format!("{}: {}", c["level"].as_str().unwrap_or("?"), c["detail"].as_str().unwrap_or("?"))
+}
+
+#[tokio::test]
+async fn list_agent_runtimes_and_doctor_say_the_tasks_are_contained() {
+    if !sandbox_available() {
+        return;
+    }
+    let b = TestBridge::start().await;
+    let runtimes = b.call("list_agent_runtimes", json!({})).await.expect("runtimes");
+    assert_eq!(runtimes["containment"]["kind"], "bubblewrap", "{runtimes:#}");
+    assert_eq!(runtimes["runtimes"][0]["containment"]["contained"], true, "{runtimes:#}");
+    let doctor = doctor_json(&b);
+    assert!(sandbox_check(&doctor).starts_with("ok: contained"), "{doctor:#}");
+    // Inside, /tmp is the task's own: the fake's own output file, and the test's directory
+    // with only the workdirs (and the fake runtime's session store) bound back in it; the
+    // workdir is where it was.
+    std::fs::write(b.repo.join("marker.txt"), b"here").expect("write");
+    let root = b.root();
+    let id = b.submit(&format!("exec:ls -A /tmp; echo --; ls -A {}; echo --; cat marker.txt", root.display())).await;
+    let end = b.wait_terminal(&id).await;
+    let text = end["final_response"].as_str().unwrap_or_default();
+    let parts: Vec<Vec<&str>> = text.split("--\n").map(|p| p.lines().collect()).collect();
+    let name = root.file_name().and_then(|n| n.to_str()).expect("name");
+    assert_eq!(parts.len(), 3, "{text}");
+    assert_eq!(parts[0].len(), 3, "{text}");
+    assert_eq!(parts[0][0], "exit=0", "{text}");
+    assert!(parts[0][1] == name && parts[0][2].starts_with("fake-agent-exec-"), "{text}");
+    assert_eq!(parts[1], ["docs", "repo", "state"], "{text}");
+    assert_eq!(parts[2], ["here"], "{text}");
+    let private = b.state_dir.join("tmp").join(&id);
+    b.wait_released(&id, 1).await;
+    assert!(!private.exists(), "the private /tmp is removed with the task's cleanup");
+}
