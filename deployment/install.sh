@@ -4,7 +4,9 @@
 #   deployment/install.sh [--env-file .env]
 #
 # 1. checks the .env with the new binary (`agent-bridge config check`): a refused .env changes
-#    nothing;
+#    nothing; warns when Debian's bubblewrap (`bwrap`, the task sandbox) is missing or cannot
+#    start a sandbox for this user (this install cannot apt-get it: sudo apt-get install
+#    bubblewrap);
 # 2. copies the binaries into ~/.local/share/agent-bridge/releases/<name>/bin (the name is the
 #    version and the binary's hash, or --release-name);
 # 3. renders the config, 0600 and atomically (`agent-bridge config render`), creates the
@@ -72,6 +74,23 @@ field() { sed -n "s/^    \"$1\": \"\\(.*\\)\",\$/\\1/p" <<<"$checked"; }
 socket_path=$(field socket_path) state_dir=$(field state_dir) lock_dir=$(field lock_dir)
 if [ -z "$socket_path" ] || [ -z "$state_dir" ] || [ -z "$lock_dir" ]; then
     die "cannot read the paths of the checked config"
+fi
+
+# The task sandbox needs Debian's bubblewrap, which this install (no root) cannot install. The
+# bridge decides at startup; without bwrap, auto runs tasks uncontained and required refuses them.
+sandbox_mode=$(sed -n '/^    "sandbox": {/,/^    }/s/^      "mode": "\([a-z]*\)",\{0,1\}$/\1/p' <<<"$checked")
+sandbox_mode=${sandbox_mode:-auto}
+if [ "$sandbox_mode" != off ]; then
+    if [ "$sandbox_mode" = required ]; then
+        consequence="with SERVERFS_AGENT_SANDBOX=required the bridge refuses every task (AGENT_SANDBOX_UNAVAILABLE)"
+    else
+        consequence="with SERVERFS_AGENT_SANDBOX=$sandbox_mode tasks run uncontained (no task sandbox)"
+    fi
+    if ! command -v bwrap >/dev/null; then
+        warn "WARNING: bwrap (Debian's bubblewrap) is not installed: $consequence. Fix: sudo apt-get install bubblewrap, then run install.sh again (or restart the bridge)."
+    elif ! bwrap --unshare-user --unshare-pid --dev-bind / / --proc /proc -- true >/dev/null 2>&1; then
+        warn "WARNING: $(command -v bwrap) cannot start a sandbox as $(id -un 2>/dev/null || id -u) (unprivileged user namespaces refused here): $consequence. Fix: allow them (agent-bridge doctor says how), then restart the bridge."
+    fi
 fi
 
 if [ -z "$release_name" ]; then

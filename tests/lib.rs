@@ -708,7 +708,9 @@ impl TestBridge {
     /// Submits `orphan:SECONDS` as a writer and kills the bridge (SIGKILL) once the provider
     /// has started and before the runner's cleanup could sweep its marker: the provider leaves
     /// its `setsid sleep` orphan behind, and that orphan outlives the bridge. Returns the task
-    /// id and the orphan's pid, with the bridge down.
+    /// id and the orphan's pid, with the bridge down. Only on a bridge started with
+    /// `SERVERFS_AGENT_SANDBOX=off`: in the sandbox no orphan outlives its bridge (the
+    /// `containment` suite shows it).
     ///
     /// The kill must land between the provider's start (its start line is written right
     /// after the spawn) and the sweep that follows its result (a few milliseconds later):

@@ -73,6 +73,23 @@ pub fn require(cli: Cli) -> Option<PathBuf> {
     found
 }
 
+/// A fresh directory outside `/tmp` and `$TMPDIR`: under the build's target directory, or
+/// under `$HOME` when the checkout itself lies in a temporary directory. Removed on drop.
+pub fn outside_tmp(prefix: &str) -> TempDir {
+    let temporary: Vec<PathBuf> =
+        [Some(PathBuf::from("/tmp")), std::env::var_os("TMPDIR").map(Into::into)].into_iter().flatten().collect();
+    // The test binary lives in target/<profile>/deps.
+    let target_tmp = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.parent()?.parent()?.join("tmp")));
+    let candidates = [target_tmp, std::env::var_os("HOME").map(Into::into)];
+    let base = candidates
+        .into_iter()
+        .flatten()
+        .find(|c| !temporary.iter().any(|t| c.starts_with(t)))
+        .expect("neither the target directory nor $HOME lies outside /tmp and $TMPDIR");
+    std::fs::create_dir_all(&base).expect("create the base directory");
+    tempfile::Builder::new().prefix(prefix).tempdir_in(base).expect("a directory outside /tmp")
+}
+
 /// A bridge whose workdir `ws` (slot 03, workspace-write) runs a real CLI against a scripted
 /// model server.
 pub struct RealBridge {
@@ -93,8 +110,16 @@ impl RealBridge {
     /// A bridge running the real `cli`, or `None` when it is not installed (outside CI).
     /// `extra` adds `.env` lines.
     pub async fn start(cli: Cli, extra: &[&str]) -> Option<RealBridge> {
+        RealBridge::start_with_vars(cli, extra, &[]).await
+    }
+
+    /// [`RealBridge::start`] with more variables in the bridge's environment.
+    pub async fn start_with_vars(cli: Cli, extra: &[&str], vars: &[(&str, &str)]) -> Option<RealBridge> {
         let bin = require(cli)?;
-        let dir = tempfile::Builder::new().prefix("ab-cli-").tempdir().expect("temp dir");
+        // Outside /tmp: Codex's own sandbox (with Debian's bwrap, which CI installs for the
+        // bridge's) does not show a CODEX_HOME under /tmp to its helper, and an operator's
+        // homes are not there either.
+        let dir = outside_tmp("ab-cli-");
         let root = dir.path().canonicalize().expect("canonical");
         let (ws, cli_home, home) = (root.join("ws"), root.join("cli-home"), root.join("home"));
         for d in [&ws, &cli_home, &home] {
@@ -128,6 +153,9 @@ impl RealBridge {
         };
         for line in extra {
             options = options.with(line);
+        }
+        for (name, value) in vars {
+            options = options.var(name, value);
         }
         let b = TestBridge::start_with(options).await;
         Some(RealBridge { b, server, ws, cli_home, cli, _dir: dir })

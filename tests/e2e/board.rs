@@ -107,6 +107,10 @@ async fn the_board_refuses_what_does_not_come_from_a_logged_in_form_of_its_own()
             assert!(!r.body.contains(secret), "{page} shows {secret}");
         }
     }
+    // The runtimes page says which containment tasks run under.
+    let runtimes = http(&addr, "GET", "/runtimes", &with(&cookie, &[]), "");
+    let expected = if crate::containment::sandbox_available() { "Contained" } else { "Not contained" };
+    assert!(runtimes.body.contains(&format!("id=\"containment\">{expected}<")), "{}", runtimes.body);
     let out = b.cli(&["board", "revoke"]);
     assert!(out.status.success());
     assert_eq!(

@@ -164,10 +164,13 @@ async fn kill_claude_mid_command(r: &RealBridge, id: &str) -> Vec<i32> {
     poll_until("the command started", Duration::from_secs(30), || started.exists()).await;
     let bridge = r.b.pid().unwrap() as i32;
     let pids = marker_pids(id);
+    // The agent itself: the bridge's child, or, in the task sandbox, the child of the
+    // sandbox's init (bwrap).
+    let sandboxed = |pid: i32| parent_of(pid).and_then(e2e::comm).is_some_and(|c| c == "bwrap");
     let leader = pids
         .iter()
         .copied()
-        .find(|pid| parent_of(*pid) == Some(bridge))
+        .find(|pid| parent_of(*pid) == Some(bridge) || sandboxed(*pid))
         .unwrap_or_else(|| panic!("no child of the bridge among {pids:?}"));
     // The file is written just before `sleep` is started: wait for the sleep itself.
     poll_until("the command's sleep runs", Duration::from_secs(10), || !r.marked(id, "sleep").is_empty()).await;
@@ -215,4 +218,33 @@ async fn claude_review_task_refuses_changes_without_asking() {
     // The model is not even offered the editing tools.
     let tools = r.server.posts("/v1/messages")[0].body["tools"].clone();
     assert!(!tools.as_array().unwrap().iter().any(|t| t["name"] == "Write"), "Write offered to a review task");
+}
+
+/// The attack through the real CLI: the model asks for one innocuous-looking command
+/// (`python3 attack.py …`), a human approves it, and inside the task sandbox it reaches neither
+/// the bridge socket (no admin key, no plan approval, no answer to an approval), nor the store,
+/// spool or config, nor the session sockets — while the same script from the operator's shell
+/// does all of it.
+#[tokio::test]
+async fn claude_an_approved_command_cannot_take_over_the_bridge() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let session = crate::containment::session_dir();
+    let xdg = session.path().display().to_string();
+    let Some(r) = RealBridge::start_with_vars(Cli::Claude, &[], &[("XDG_RUNTIME_DIR", &xdg)]).await else { return };
+    let stage = crate::containment::Stage::set_up(&r.b, session.path(), &r.ws).await;
+    let id = r.submit(&format!("RUN_BASH: {}", stage.attack_command(&r.b))).await;
+    let (rid, payload) = r.pending(&id).await;
+    assert_eq!(payload["tool"], "Bash", "{payload:#}");
+    r.respond(&id, &rid, "approve_once").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}\n{}", r.b.log());
+    let text = t["final_response"].as_str().expect("final_response");
+    let json_text = text.get(text.find('{').expect("a report")..=text.rfind('}').expect("a report")).expect("report");
+    let report: serde_json::Value =
+        serde_json::from_str(json_text).unwrap_or_else(|e| panic!("the command's report ({e}): {text}"));
+    crate::containment::Stage::assert_contained(&report);
+    stage.gates_hold(&r.b).await;
+    stage.assert_operator_succeeds(&r.b, &r.ws).await;
 }

@@ -164,10 +164,13 @@ async fn codex_killed_mid_turn_fails_as_disconnected_and_the_guard_is_cleared_by
     let started = r.ws.join("started.txt");
     poll_until("the command started", Duration::from_secs(30), || started.exists()).await;
     let bridge = r.b.pid().unwrap() as i32;
+    // The agent itself: the bridge's child, or, in the task sandbox, the child of the
+    // sandbox's init (bwrap).
+    let sandboxed = |pid: i32| parent_of(pid).and_then(e2e::comm).is_some_and(|c| c == "bwrap");
     let leader = r
         .marked(&id, "codex")
         .into_iter()
-        .find(|pid| parent_of(*pid) == Some(bridge))
+        .find(|pid| parent_of(*pid) == Some(bridge) || sandboxed(*pid))
         .unwrap_or_else(|| panic!("no codex child of the bridge among {:?}", marker_pids(&id)));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(leader), nix::sys::signal::Signal::SIGKILL).unwrap();
     let t = r.finish(&id).await;
@@ -258,20 +261,7 @@ async fn codex_command_output_keeps_a_long_command_alive_under_the_idle_timeout(
 /// (the workspace, `/tmp` and `$TMPDIR`): a fresh one under the build's target directory, or
 /// under `$HOME` when the checkout itself lies in a temporary directory. Removed on drop.
 fn outside_the_writable_roots() -> tempfile::TempDir {
-    let temporary: Vec<std::path::PathBuf> =
-        [Some(std::path::PathBuf::from("/tmp")), std::env::var_os("TMPDIR").map(Into::into)]
-            .into_iter()
-            .flatten()
-            .collect();
-    let candidates =
-        [Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))), std::env::var_os("HOME").map(Into::into)];
-    let base = candidates
-        .into_iter()
-        .flatten()
-        .find(|c| !temporary.iter().any(|t| c.starts_with(t)))
-        .expect("neither the target directory nor $HOME lies outside /tmp and $TMPDIR");
-    std::fs::create_dir_all(&base).expect("create the base directory");
-    tempfile::Builder::new().prefix("codex-outside-").tempdir_in(base).expect("a directory outside the sandbox")
+    e2e::real::outside_tmp("codex-outside-")
 }
 
 #[tokio::test]

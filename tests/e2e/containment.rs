@@ -5,6 +5,7 @@
 //! does to its session and environment, also when the bridge is killed — while the very same
 //! attempts from the operator's own shell succeed.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -13,6 +14,7 @@ use e2e::{Options, TestBridge, poll_until};
 
 /// Whether this machine runs the task sandbox (bwrap installed, user namespaces allowed).
 /// Under `CI=true` a missing sandbox fails the test: `.ci/run` installs bubblewrap.
+#[allow(clippy::print_stderr)]
 pub fn sandbox_available() -> bool {
     let ok = std::process::Command::new("bwrap")
         .args(["--unshare-user", "--unshare-pid", "--dev-bind", "/", "/", "--proc", "/proc", "--", "true"])
@@ -69,56 +71,54 @@ out = {
 print(json.dumps(out))
 "#;
 
-/// A bridge whose provider children see a session-socket directory (`XDG_RUNTIME_DIR`) with
-/// something in it, a pending plan and a task waiting for approval on `docs`.
-struct Scene {
-    b: TestBridge,
+/// A session-socket directory with something in it, outside /tmp (as /run/user/UID is), for
+/// a bridge's `XDG_RUNTIME_DIR`.
+pub fn session_dir() -> tempfile::TempDir {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).filter(|h| h.is_dir()).expect("a HOME");
+    let dir = tempfile::Builder::new().prefix(".ab-e2e-xdg-").tempdir_in(home).expect("runtime dir");
+    std::fs::create_dir_all(dir.path().join("systemd")).expect("runtime dir");
+    std::fs::write(dir.path().join("bus"), b"").expect("a stand-in session bus");
+    dir
+}
+
+/// What the attacker goes after on a running bridge: a remote caller's plan waiting for a
+/// human, a task waiting for approval on `docs`, the session directory.
+pub struct Stage {
     plan_id: String,
     waiting_task: String,
     request_id: String,
     runtime_dir: std::path::PathBuf,
-    _runtime_home: tempfile::TempDir,
 }
 
-async fn scene(env: &[&str]) -> Scene {
-    let mut options = Options::default();
-    for line in env {
-        options = options.with(line);
+impl Stage {
+    /// Sets the stage on `b` (whose `XDG_RUNTIME_DIR` is `runtime_dir`) and writes the attack
+    /// script into `workdir`.
+    pub async fn set_up(b: &TestBridge, runtime_dir: &Path, workdir: &Path) -> Stage {
+        std::fs::write(workdir.join("attack.py"), ATTACK).expect("write the attack script");
+        // A remote caller's plan waits for a human (the operator's own is approved at once).
+        let caller = b.create_key("caller", "operator").await;
+        let plan = b
+            .call_mcp(
+                Some(&caller),
+                "submit_agent_plan",
+                json!({ "workdir": "repo", "runtime": "fake", "title": "Held plan", "steps": [{ "title": "one", "prompt": "complete:planned" }] }),
+            )
+            .await
+            .expect("submit a plan");
+        let plan_id = plan["plan_id"].as_str().expect("plan_id").to_owned();
+        let waiting = b
+            .submit_args(json!({ "workdir": "docs", "profile": "review", "prompt": "approval:may I?" }))
+            .await
+            .expect("submit the waiting task");
+        let waiting_task = waiting["task_id"].as_str().expect("task_id").to_owned();
+        let task = b.wait_for(&waiting_task, |t| t["status"] == "waiting_for_approval").await;
+        let request_id = task["pending_request"]["request_id"].as_str().expect("request_id").to_owned();
+        let runtime_dir = runtime_dir.canonicalize().expect("canonical");
+        Stage { plan_id, waiting_task, request_id, runtime_dir }
     }
-    let mut b = TestBridge::prepare(options);
-    // Outside /tmp (which a task never sees anyway), as /run/user/UID is.
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).filter(|h| h.is_dir()).expect("a HOME");
-    let runtime_home = tempfile::Builder::new().prefix(".ab-e2e-xdg-").tempdir_in(home).expect("runtime dir");
-    let runtime_dir = runtime_home.path().canonicalize().expect("canonical");
-    std::fs::create_dir_all(runtime_dir.join("systemd")).expect("runtime dir");
-    std::fs::write(runtime_dir.join("bus"), b"").expect("a stand-in session bus");
-    b.set_var("XDG_RUNTIME_DIR", &runtime_dir.display().to_string());
-    std::fs::write(b.repo.join("attack.py"), ATTACK).expect("write the attack script");
-    b.spawn().await;
-    // A remote caller's plan waits for a human (the operator's own would be approved at once).
-    let caller = b.create_key("caller", "operator").await;
-    let plan = b
-        .call_mcp(
-            Some(&caller),
-            "submit_agent_plan",
-            json!({ "workdir": "repo", "runtime": "fake", "title": "Held plan", "steps": [{ "title": "one", "prompt": "complete:planned" }] }),
-        )
-        .await
-        .expect("submit a plan");
-    let plan_id = plan["plan_id"].as_str().expect("plan_id").to_owned();
-    let waiting = b
-        .submit_args(json!({ "workdir": "docs", "profile": "review", "prompt": "approval:may I?" }))
-        .await
-        .expect("submit the waiting task");
-    let waiting_task = waiting["task_id"].as_str().expect("task_id").to_owned();
-    let task = b.wait_for(&waiting_task, |t| t["status"] == "waiting_for_approval").await;
-    let request_id = task["pending_request"]["request_id"].as_str().expect("request_id").to_owned();
-    Scene { b, plan_id, waiting_task, request_id, runtime_dir, _runtime_home: runtime_home }
-}
 
-impl Scene {
-    fn attack_command(&self) -> String {
-        let b = &self.b;
+    /// The attack, as a shell command run in the workdir.
+    pub fn attack_command(&self, b: &TestBridge) -> String {
         format!(
             "python3 attack.py {} {} {} {} {} {} {}",
             b.socket.display(),
@@ -131,27 +131,12 @@ impl Scene {
         )
     }
 
-    /// Runs the attack inside a fake task (prefixed by `prefix`, e.g. a `setsid`) and returns
-    /// what it reported.
-    async fn attack_from_a_task(&self, prefix: &str) -> (String, Value) {
-        let prompt = format!("exec:{prefix}{}", self.attack_command());
-        let id = self.b.submit(&prompt).await;
-        let end = self.b.wait_terminal(&id).await;
-        assert_eq!(end["status"], "succeeded", "{end:#}\n{}", self.b.log());
-        let text = end["final_response"].as_str().expect("final_response");
-        let line = text.lines().last().unwrap_or_default();
-        let report =
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("the attack printed no report ({e}): {text}"));
-        assert!(text.starts_with("exit=0"), "{text}");
-        (id, report)
-    }
-
     /// The same script from the operator's own shell (this test process).
-    fn attack_from_the_operator(&self) -> Value {
+    pub fn attack_from_the_operator(&self, b: &TestBridge, workdir: &Path) -> Value {
         let out = std::process::Command::new("sh")
             .arg("-c")
-            .arg(self.attack_command())
-            .current_dir(&self.b.repo)
+            .arg(self.attack_command(b))
+            .current_dir(workdir)
             .output()
             .expect("run python3");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -159,14 +144,79 @@ impl Scene {
     }
 
     /// The human gates are untouched: the plan still waits, the approval still pends.
-    async fn gates_hold(&self) {
-        let plan = self.b.call("get_agent_plan", json!({ "plan_id": self.plan_id })).await.expect("plan");
+    pub async fn gates_hold(&self, b: &TestBridge) {
+        let plan = b.call("get_agent_plan", json!({ "plan_id": self.plan_id })).await.expect("plan");
         assert_eq!(plan["status"], "pending_approval", "{plan:#}");
-        let task = self.b.get(&self.waiting_task).await;
+        let task = b.get(&self.waiting_task).await;
         assert_eq!(task["status"], "waiting_for_approval", "{task:#}");
-        let keys = self.b.call("admin_list_api_keys", json!({})).await.expect("keys");
+        let keys = b.call("admin_list_api_keys", json!({})).await.expect("keys");
         assert!(!keys.to_string().contains("stolen"), "no key was minted: {keys:#}");
     }
+
+    /// What a sandboxed attacker must see: no socket, no store, an emptied state directory,
+    /// no config, no session sockets.
+    pub fn assert_contained(report: &Value) {
+        for call in ["admin_create_api_key", "admin_approve_plan", "respond_agent_approval"] {
+            assert!(
+                report[call].as_str().is_some_and(|r| r.starts_with("connect failed")),
+                "{call} from inside the sandbox: {report:#}"
+            );
+        }
+        assert!(report["store"].as_str().is_some_and(|r| r.starts_with("unreadable")), "{report:#}");
+        // Empty (or, under the task's private /tmp, not there at all), but for the fake
+        // runtime's own session store in a fake task (bound back because the fake needs it).
+        let state = &report["state_dir"];
+        assert!(
+            *state == json!([])
+                || *state == json!(["runtimes"])
+                || state.as_str().is_some_and(|s| s.starts_with("unlistable")),
+            "the state directory is emptied: {report:#}"
+        );
+        assert!(
+            report["config"] == "read 0 bytes"
+                || report["config"].as_str().is_some_and(|r| r.starts_with("unreadable")),
+            "the config reads as nothing: {report:#}"
+        );
+        assert_eq!(report["runtime_dir"], json!([]), "XDG_RUNTIME_DIR shows nothing: {report:#}");
+    }
+
+    /// What the operator's own shell gets: everything.
+    pub async fn assert_operator_succeeds(&self, b: &TestBridge, workdir: &Path) {
+        let report = self.attack_from_the_operator(b, workdir);
+        assert_eq!(report["admin_create_api_key"], "ok", "{report:#}");
+        assert_eq!(report["admin_approve_plan"], "ok", "{report:#}");
+        assert_eq!(report["respond_agent_approval"], "ok", "{report:#}");
+        assert!(report["store"].as_str().is_some_and(|r| r.starts_with("read ") && r != "read 0 bytes"), "{report:#}");
+        assert!(report["state_dir"].as_array().is_some_and(|l| l.iter().any(|f| f == "bridge.sqlite3")), "{report:#}");
+        assert!(report["runtime_dir"].as_array().is_some_and(|l| l.len() == 2), "{report:#}");
+        let task = b.wait_terminal(&self.waiting_task).await;
+        assert_eq!(task["status"], "succeeded", "the operator's approval went through: {task:#}");
+    }
+}
+
+/// Runs the attack inside a fake task (prefixed by `prefix`, e.g. a `setsid`) and returns the
+/// task and what the attack reported.
+async fn attack_from_a_fake_task(b: &TestBridge, stage: &Stage, prefix: &str) -> (String, Value) {
+    let prompt = format!("exec:{prefix}{}", stage.attack_command(b));
+    let id = b.submit(&prompt).await;
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "succeeded", "{end:#}\n{}", b.log());
+    let text = end["final_response"].as_str().expect("final_response");
+    let line = text.lines().last().unwrap_or_default();
+    let report = serde_json::from_str(line).unwrap_or_else(|e| panic!("the attack printed no report ({e}): {text}"));
+    assert!(text.starts_with("exit=0"), "{text}");
+    (id, report)
+}
+
+async fn fake_scene(env: &[&str]) -> (TestBridge, Stage, tempfile::TempDir) {
+    let mut options = Options::default();
+    for line in env {
+        options = options.with(line);
+    }
+    let session = session_dir();
+    let b = TestBridge::start_with(options.var("XDG_RUNTIME_DIR", &session.path().display().to_string())).await;
+    let stage = Stage::set_up(&b, session.path(), &b.repo).await;
+    (b, stage, session)
 }
 
 #[tokio::test]
@@ -174,54 +224,31 @@ async fn a_sandboxed_task_reaches_neither_the_socket_nor_the_bridge_files_and_th
     if !sandbox_available() {
         return;
     }
-    let s = scene(&[]).await;
-    let (_, report) = s.attack_from_a_task("").await;
-    for call in ["admin_create_api_key", "admin_approve_plan", "respond_agent_approval"] {
-        assert!(
-            report[call].as_str().is_some_and(|r| r.starts_with("connect failed")),
-            "{call} from inside the sandbox: {report:#}"
-        );
-    }
-    assert!(report["store"].as_str().is_some_and(|r| r.starts_with("unreadable")), "{report:#}");
-    // Empty but for the fake runtime's own session store, bound back because the fake needs it.
-    assert_eq!(report["state_dir"], json!(["runtimes"]), "the state directory is emptied: {report:#}");
-    assert!(
-        report["config"] == "read 0 bytes" || report["config"].as_str().is_some_and(|r| r.starts_with("unreadable")),
-        "the config reads as nothing: {report:#}"
-    );
-    assert_eq!(report["runtime_dir"], json!([]), "XDG_RUNTIME_DIR shows nothing: {report:#}");
-    s.gates_hold().await;
-
-    let report = s.attack_from_the_operator();
-    assert_eq!(report["admin_create_api_key"], "ok", "{report:#}");
-    assert_eq!(report["admin_approve_plan"], "ok", "{report:#}");
-    assert_eq!(report["respond_agent_approval"], "ok", "{report:#}");
-    assert!(report["store"].as_str().is_some_and(|r| r.starts_with("read ") && r != "read 0 bytes"), "{report:#}");
-    assert!(report["state_dir"].as_array().is_some_and(|l| l.iter().any(|f| f == "bridge.sqlite3")), "{report:#}");
-    assert!(report["runtime_dir"].as_array().is_some_and(|l| l.len() == 2), "{report:#}");
-    let task = s.b.wait_terminal(&s.waiting_task).await;
-    assert_eq!(task["status"], "succeeded", "the operator's approval went through: {task:#}");
+    let (b, stage, _session) = fake_scene(&[]).await;
+    let (_, report) = attack_from_a_fake_task(&b, &stage, "").await;
+    Stage::assert_contained(&report);
+    stage.gates_hold(&b).await;
+    stage.assert_operator_succeeds(&b, &b.repo).await;
 }
 
 #[tokio::test]
 async fn a_task_process_on_a_reachable_socket_is_refused_and_audited_under_its_task() {
     // Without the sandbox the socket is reachable: the peer check alone must hold, also for a
     // process that dropped the marker and left the task's session.
-    let s = scene(&["SERVERFS_AGENT_SANDBOX=off"]).await;
+    let (b, stage, _session) = fake_scene(&["SERVERFS_AGENT_SANDBOX=off"]).await;
     for prefix in ["", "env -u AGENT_BRIDGE_TASK setsid "] {
-        let (id, report) = s.attack_from_a_task(prefix).await;
+        let (id, report) = attack_from_a_fake_task(&b, &stage, prefix).await;
         for call in ["admin_create_api_key", "admin_approve_plan", "respond_agent_approval"] {
             assert_eq!(report[call], "PEER_NOT_AUTHORIZED", "{call} with prefix {prefix:?}: {report:#}");
         }
-        s.gates_hold().await;
-        let log = s.b.call("admin_read_audit_log", json!({ "task_id": id })).await.expect("audit");
+        stage.gates_hold(&b).await;
+        let log = b.call("admin_read_audit_log", json!({ "task_id": id })).await.expect("audit");
         let refused: Vec<&Value> =
             log["rows"].as_array().expect("rows").iter().filter(|r| r["error_code"] == "PEER_NOT_AUTHORIZED").collect();
         assert_eq!(refused.len(), 3, "each attempt is audited under task {id}: {log:#}");
         assert!(refused.iter().all(|r| r["surface"] == "cli" && r["principal"].is_null()), "{refused:#?}");
     }
-    let report = s.attack_from_the_operator();
-    assert_eq!(report["admin_create_api_key"], "ok", "the operator's CLI keeps working: {report:#}");
+    stage.assert_operator_succeeds(&b, &b.repo).await;
 }
 
 /// Pids of live processes whose command line is exactly `words`.
@@ -377,9 +404,12 @@ async fn list_agent_runtimes_and_doctor_say_the_tasks_are_contained() {
     let parts: Vec<Vec<&str>> = text.split("--\n").map(|p| p.lines().collect()).collect();
     let name = root.file_name().and_then(|n| n.to_str()).expect("name");
     assert_eq!(parts.len(), 3, "{text}");
-    assert_eq!(parts[0].len(), 3, "{text}");
     assert_eq!(parts[0][0], "exit=0", "{text}");
-    assert!(parts[0][1] == name && parts[0][2].starts_with("fake-agent-exec-"), "{text}");
+    // Other tests' directories never show; only this bridge's (and, when they live under
+    // /tmp, the directories of HOME and of the program, bound back as well).
+    let tests: Vec<&str> = parts[0].iter().copied().filter(|l| l.starts_with("ab-e2e-")).collect();
+    assert_eq!(tests, [name], "{text}");
+    assert!(parts[0].iter().any(|l| l.starts_with("fake-agent-exec-")), "{text}");
     assert_eq!(parts[1], ["docs", "repo", "state"], "{text}");
     assert_eq!(parts[2], ["here"], "{text}");
     let private = b.state_dir.join("tmp").join(&id);

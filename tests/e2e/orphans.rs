@@ -12,6 +12,10 @@ use serde_json::{Value, json};
 
 use e2e::{TestBridge, alive, code, event_types, marker_pids, poll_until, zombie_children};
 
+/// An orphan outlives its bridge only without the task sandbox (whose PID namespace dies with
+/// the bridge): the marker proof's own case, tested with the sandbox off.
+const NO_SANDBOX: &str = "SERVERFS_AGENT_SANDBOX=off";
+
 /// Kills a stray test process when the test ends, whatever happens.
 struct KillOnDrop(i32);
 
@@ -101,7 +105,7 @@ async fn an_orphan_is_killed_and_reaped_before_the_guard_clears() {
 
 #[tokio::test]
 async fn an_orphan_that_outlives_a_killed_bridge_keeps_the_workdir_closed_until_it_is_gone() {
-    let mut b = TestBridge::start().await;
+    let mut b = TestBridge::start_with(e2e::Options::default().with(NO_SANDBOX)).await;
     let (id, orphan) = b.crash_leaving_an_orphan(120).await;
     let _cleanup = KillOnDrop(orphan);
     assert!(alive(orphan), "the orphan outlived the bridge");
@@ -163,7 +167,7 @@ async fn an_orphan_that_outlives_a_killed_bridge_keeps_the_workdir_closed_until_
 
 #[tokio::test]
 async fn an_operator_may_clear_a_guard_by_hand_while_the_orphan_lives_and_it_is_audited() {
-    let mut b = TestBridge::start().await;
+    let mut b = TestBridge::start_with(e2e::Options::default().with(NO_SANDBOX)).await;
     let (id, orphan) = b.crash_leaving_an_orphan(120).await;
     let _cleanup = KillOnDrop(orphan);
     b.spawn().await;

@@ -87,7 +87,19 @@ pub async fn runtimes(State(board): State<Board>, headers: HeaderMap) -> Respons
         Ok(v) => v,
         Err(e) => return error_page(&board, &authed, "Reading the runtimes", &e, "/").await,
     };
-    let mut body = String::from(
+    let mut body = String::new();
+    let c = &v["containment"];
+    let (label, class) = if c["contained"] == true { ("Contained", "good") } else { ("Not contained", "bad") };
+    html!(
+        body,
+        "<p>Tasks: <span class=\"badge {}\" id=\"containment\">{}</span> (sandbox mode <code>{}</code>, {}){}</p>",
+        class,
+        label,
+        text(&c["mode"]),
+        text(&c["kind"]),
+        c["detail"].as_str().map(|d| format!(": {d}")).unwrap_or_default()
+    );
+    body.push_str(
         "<table><thead><tr><th>Runtime</th><th>Available</th><th>Version</th><th>Details</th></tr></thead><tbody>",
     );
     let list = v["runtimes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
@@ -98,7 +110,7 @@ pub async fn runtimes(State(board): State<Board>, headers: HeaderMap) -> Respons
         let (label, class) = if r["available"] == true { ("Available", "good") } else { ("Unavailable", "bad") };
         let mut details = r.clone();
         if let Some(map) = details.as_object_mut() {
-            for key in ["runtime", "name", "available", "version"] {
+            for key in ["runtime", "name", "available", "version", "containment"] {
                 map.remove(key);
             }
         }

@@ -30,6 +30,7 @@ mod map_tests;
 pub mod peers;
 pub mod probe;
 pub mod process;
+pub mod procfs;
 pub mod sandbox;
 
 use process::{ProofMaterial, StopProof, Supervised};

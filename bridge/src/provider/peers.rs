@@ -9,7 +9,8 @@
 
 use std::sync::Mutex;
 
-use super::process::{MARKER_VAR, pid_namespace, read_environ_of, stat_fields_of};
+use super::process::MARKER_VAR;
+use super::procfs::{pid_namespace, read_environ, stat_fields};
 
 /// Why a peer counts as a task process, and which task when that is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +53,7 @@ pub fn task_origin(pid: Option<i32>, bridge_pid: i32) -> Option<TaskOrigin> {
     if pid == bridge_pid {
         return None;
     }
-    let Some(environ) = read_environ_of(pid) else { return unknown() };
+    let Some(environ) = read_environ(pid) else { return unknown() };
     let prefix = format!("{MARKER_VAR}=");
     if let Some(var) = environ.split(|&b| b == 0).find(|v| v.starts_with(prefix.as_bytes())) {
         let task_id = String::from_utf8_lossy(&var[prefix.len()..]).chars().take(64).collect();
@@ -68,7 +69,7 @@ pub fn task_origin(pid: Option<i32>, bridge_pid: i32) -> Option<TaskOrigin> {
     let mut current = pid;
     let mut nearest_leader: Option<String> = None;
     for _ in 0..4096 {
-        let Some(parent) = stat_fields_of(current).and_then(|f| f.get(1)?.parse::<i32>().ok()) else {
+        let Some(parent) = stat_fields(current).and_then(|f| f.get(1)?.parse::<i32>().ok()) else {
             return unknown();
         };
         if nearest_leader.is_none() {

@@ -19,6 +19,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
+use super::procfs::{is_zombie, namespace_pids, start_ticks, stat_fields};
+pub use super::procfs::{marker_pids, task_pids};
 use super::sandbox::INFO_FD;
 
 /// The environment variable that names a child's task.
@@ -237,23 +239,25 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         None => None,
     };
     let mut cmd = match &wrap {
+        // Inside the sandbox only the task's own processes carry the marker (bwrap's pair is
+        // the leader and the namespace's init, proven by pid and by namespace).
         Some(w) => {
             let mut cmd = Command::new(&w.bwrap);
-            cmd.args(&w.args).arg(&spec.program);
+            cmd.args(&w.args[..w.args.len() - 1])
+                .arg("--setenv")
+                .arg(MARKER_VAR)
+                .arg(&spec.task_id)
+                .arg("--")
+                .arg(&spec.program);
             cmd
         }
         None => Command::new(&spec.program),
     };
-    cmd.args(&spec.args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(MARKER_VAR, &spec.task_id)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    cmd.args(&spec.args).current_dir(&spec.cwd).env_clear().envs(spec.env.iter().map(|(k, v)| (k, v)));
+    if wrap.is_none() {
+        cmd.env(MARKER_VAR, &spec.task_id);
+    }
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
     let info = match &wrap {
         Some(_) => Some(info_pipe(&mut cmd)?),
         None => None,
@@ -485,33 +489,6 @@ async fn end_namespace(ns: NamespaceProof) -> usize {
     }
 }
 
-/// Live processes of a task: those carrying its marker and, with `pid_ns`, those in its PID
-/// namespace. Blocking (reads `/proc`).
-pub fn task_pids(task_id: &str, pid_ns: Option<u64>) -> Vec<i32> {
-    let mut pids = marker_pids(task_id);
-    if let Some(ns) = pid_ns {
-        pids.extend(namespace_pids(ns).into_iter().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
-    }
-    pids
-}
-
-/// Pids of live processes in the PID namespace `pid_ns`. A process whose namespace cannot be
-/// read (another user's, gone, a zombie) is not counted: every process of a task runs as the
-/// bridge user, and a zombie no longer runs. Blocking (reads `/proc`).
-pub fn namespace_pids(pid_ns: u64) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
-        .filter(|&pid| pid_namespace(pid) == Some(pid_ns) && !is_zombie(pid))
-        .collect()
-}
-
-/// The inode of `pid`'s PID namespace, or `None` when it cannot be read.
-pub fn pid_namespace(pid: i32) -> Option<u64> {
-    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
-    link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
-}
-
 /// Kills every process carrying the marker for `task_id` (TERM, a short wait, then KILL) and
 /// returns how many were found and which remain.
 pub async fn sweep_marker(task_id: &str) -> (usize, Vec<i32>) {
@@ -545,143 +522,11 @@ pub async fn sweep_marker(task_id: &str) -> (usize, Vec<i32>) {
     }
 }
 
-/// Pids of live (non-zombie) processes whose environment carries `AGENT_BRIDGE_TASK=<task_id>`.
-///
-/// Processes of other users cannot be read and are skipped: a provider runs as the bridge
-/// user, and so does everything it starts.
-pub fn marker_pids(task_id: &str) -> Vec<i32> {
-    let needle = format!("{MARKER_VAR}={task_id}");
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let own = std::process::id() as i32;
-    let mut pids = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == own {
-            continue;
-        }
-        let Some(environ) = read_environ(pid) else { continue };
-        if environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) && !is_zombie(pid) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// Reads a process's environment, or `None` if it cannot be read (gone, another user's).
-///
-/// A process in the middle of `execve` reads as having neither environment nor command line
-/// for a moment (the new image's are not laid out yet): such a read is retried briefly, so a
-/// sweep never misses a marked process that happens to be exec-ing.
-fn read_environ(pid: i32) -> Option<Vec<u8>> {
-    const TRIES: usize = 5;
-    for attempt in 1..=TRIES {
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-        if !environ.is_empty() || attempt == TRIES || !mid_exec(pid) {
-            return Some(environ);
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    None
-}
-
-/// A process's environment (see [`read_environ`]), for the peer check.
-pub(super) fn read_environ_of(pid: i32) -> Option<Vec<u8>> {
-    read_environ(pid)
-}
-
-/// `/proc/<pid>/stat` fields from the state on (index 0 = state, 1 = parent pid).
-pub(super) fn stat_fields_of(pid: i32) -> Option<Vec<String>> {
-    stat_fields(pid)
-}
-
-/// Whether `pid` looks like a user process caught inside `execve`: no command line, and
-/// neither a kernel thread nor a zombie (which have none either).
-fn mid_exec(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
-        && !is_kernel_thread(pid)
-        && !is_zombie(pid)
-}
-
-/// Whether `pid` is a kernel thread (`PF_KTHREAD` in the flags, field 9 of `/proc/<pid>/stat`).
-fn is_kernel_thread(pid: i32) -> bool {
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    stat_fields(pid).and_then(|f| f.get(6)?.parse::<u64>().ok()).is_some_and(|flags| flags & PF_KTHREAD != 0)
-}
-
-fn is_zombie(pid: i32) -> bool {
-    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state == "Z"))
-}
-
-/// `/proc/<pid>/stat` fields after the command name (field 3 onwards).
-fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    Some(rest.split_whitespace().map(str::to_owned).collect())
-}
-
-/// The process's start time in clock ticks since boot, or `None` if it is gone.
-pub fn start_ticks(pid: i32) -> Option<u64> {
-    // Field 22 overall is index 19 after the command name (fields 3.. start at index 0).
-    stat_fields(pid)?.get(19)?.parse().ok()
-}
-
 /// Whether the process recorded in `material` still runs (same pid *and* start time).
 pub fn leader_alive(material: &ProofMaterial) -> bool {
     match (start_ticks(material.pid), material.start_ticks) {
         (Some(now), Some(then)) => now == then && !is_zombie(material.pid),
         (Some(_), None) => !is_zombie(material.pid),
         (None, _) => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_marked_child_is_found_and_a_user_process_is_not_a_kernel_thread() {
-        let me = std::process::id() as i32;
-        assert!(!is_kernel_thread(me));
-        assert!(read_environ(me).is_some_and(|e| !e.is_empty()), "this test runs with an environment");
-        let task = format!("agt_unit_{me}");
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .env_clear()
-            .env(MARKER_VAR, &task)
-            .spawn()
-            .expect("spawn sleep");
-        let pid = child.id() as i32;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !marker_pids(&task).contains(&pid) {
-            assert!(std::time::Instant::now() < deadline, "the marked child {pid} is never found");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        child.kill().expect("kill");
-        child.wait().expect("reap");
-        assert!(marker_pids(&task).is_empty());
-    }
-
-    #[test]
-    fn an_empty_environment_of_a_settled_process_reads_as_empty() {
-        let mut child = std::process::Command::new("sleep").arg("30").env_clear().spawn().expect("spawn sleep");
-        let pid = child.id() as i32;
-        // Once the child has exec-ed (its command name is `sleep`), its environment is empty
-        // for good: it has a command line, so the read says so instead of retrying.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim() != "sleep").unwrap_or(true) {
-            assert!(std::time::Instant::now() < deadline, "the child never exec-ed");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while mid_exec(pid) {
-            assert!(std::time::Instant::now() < deadline, "the child never finished its exec");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(read_environ(pid), Some(Vec::new()));
-        child.kill().expect("kill");
-        child.wait().expect("reap");
-        assert_eq!(read_environ(pid), None, "a reaped process cannot be read");
     }
 }

@@ -9,9 +9,8 @@ use serde_json::{Value, json};
 use super::{Inner, TaskService, results};
 use crate::error::code;
 use crate::model::TaskStatus;
-use crate::provider::process::{
-    NamespaceProof, ProofMaterial, any_exits, leader_alive, marker_pids, namespace_pids, unproven_pids,
-};
+use crate::provider::process::{NamespaceProof, ProofMaterial, any_exits, leader_alive, unproven_pids};
+use crate::provider::procfs::{marker_pids, namespace_pids};
 use crate::store::events::NewEvent;
 use crate::store::guards::GuardRow;
 use crate::store::tasks::TransitionFields;
