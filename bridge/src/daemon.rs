@@ -99,7 +99,14 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     // No task runs yet, and every sandbox died with the previous bridge: their private /tmp
     // directories go.
     let state_dir = config.state_dir.clone();
-    let _ = tokio::task::spawn_blocking(move || crate::provider::sandbox::sweep_private_tmps(&state_dir, &[])).await;
+    let cgroups = tasks.providers().containment().cgroups().cloned();
+    let _ = tokio::task::spawn_blocking(move || {
+        crate::provider::sandbox::sweep_private_tmps(&state_dir, &[]);
+        if let Some(cgroups) = cgroups {
+            cgroups.sweep_empty();
+        }
+    })
+    .await;
     // After the tasks: every task a previous bridge left is interrupted by now, so a plan
     // whose step was in flight ends with it and no step is ever run twice.
     let plans =
@@ -183,6 +190,9 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     // connections: a slow client never delays the providers' stop.
     plans.shutdown(Duration::from_secs(5)).await;
     tasks.shutdown(Duration::from_secs(25)).await;
+    if let Some(cgroups) = tasks.providers().containment().cgroups().cloned() {
+        let _ = tokio::task::spawn_blocking(move || cgroups.remove_if_empty()).await;
+    }
     if let Some(board) = board
         && let Err(e) = board.await
     {

@@ -284,7 +284,13 @@ async fn a_detached_sleeper_without_the_marker_dies_with_its_task() {
     assert_eq!(processes_running(&["sleep", &seconds]), Vec::<i32>::new(), "the sleeper is gone with its task");
     assert!(b.lease_is_free(1));
     assert_eq!(b.guard_count(), 0);
-    assert!(b.log().contains("proof=\"pid_namespace\""), "the namespace proof applied:\n{}", b.log());
+    // The kernel's proof: the PID namespace, or the task's cgroup where cgroup v2 is delegated
+    // (as root; `.ci/containment-test` runs this as a user without it).
+    let log = b.log();
+    assert!(
+        log.contains("proof=\"pid_namespace\"") || log.contains("proof=\"cgroup\""),
+        "a kernel proof applied:\n{log}"
+    );
     let manifest =
         b.db().query_row("SELECT manifest_json FROM tasks WHERE task_id = ?1", [&id], |r| r.get::<_, String>(0));
     assert!(manifest.expect("manifest").contains("\"containment\":\"bubblewrap\""));
@@ -346,8 +352,8 @@ async fn a_killed_bridge_takes_its_sandboxes_along_and_the_next_one_proves_the_s
 
 #[tokio::test]
 async fn required_without_bwrap_refuses_tasks_and_auto_runs_them_uncontained() {
-    let empty = tempfile::tempdir().expect("an empty PATH directory");
-    let path = empty.path().display().to_string();
+    let tools = path_without_bwrap();
+    let path = tools.path().display().to_string();
     let b = TestBridge::start_with(Options::default().with("SERVERFS_AGENT_SANDBOX=required").var("PATH", &path)).await;
     let refused = b.submit_args(json!({ "prompt": "complete:x" })).await;
     let (code, message) = e2e::error_of(&refused);
@@ -415,4 +421,68 @@ async fn list_agent_runtimes_and_doctor_say_the_tasks_are_contained() {
     let private = b.state_dir.join("tmp").join(&id);
     b.wait_released(&id, 1).await;
     assert!(!private.exists(), "the private /tmp is removed with the task's cleanup");
+}
+
+/// Whether the bridge `b` gives each task its own cgroup; where it cannot (no delegated cgroup
+/// v2: an ordinary user without systemd's `Delegate=yes`), says so loudly. Under `CI=true` as
+/// root, on a machine with cgroup v2, it must.
+#[allow(clippy::print_stderr)]
+async fn cgroups_delegated(b: &TestBridge) -> bool {
+    let health = b.health().await.expect("health");
+    let delegated = health["containment"]["cgroup"] == true;
+    if !delegated {
+        let cgroup2 = std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(" - cgroup2 "));
+        let must = std::env::var("CI").as_deref() == Ok("true") && nix::unistd::geteuid().is_root() && cgroup2;
+        assert!(!must, "CI=true, root and cgroup v2: the bridge should have a cgroup per task: {health:#}");
+        eprintln!("\n*** SKIPPED: no delegated cgroup v2 for this user: tasks get no cgroup of their own ***\n");
+    }
+    delegated
+}
+
+#[tokio::test]
+async fn where_cgroup_v2_is_delegated_each_task_runs_in_its_own_cgroup_which_contains_it_without_bwrap() {
+    // No bwrap on the bridge's PATH: only the cgroup contains the task.
+    let tools = path_without_bwrap();
+    let b = TestBridge::start_with(Options::default().var("PATH", &tools.path().display().to_string())).await;
+    if !cgroups_delegated(&b).await {
+        return;
+    }
+    let health = b.health().await.expect("health");
+    assert_eq!(health["containment"]["contained"], false, "no sandbox without bwrap: {health:#}");
+    let seconds = unique_seconds();
+    let id =
+        b.submit(&format!("exec:env -u AGENT_BRIDGE_TASK setsid sh -c 'sleep {seconds}' & sleep 1; echo left")).await;
+    poll_until("the sleeper runs", Duration::from_secs(20), || processes_running(&["sleep", &seconds]).len() == 1)
+        .await;
+    let sleeper = processes_running(&["sleep", &seconds])[0];
+    let cgroup = std::fs::read_to_string(format!("/proc/{sleeper}/cgroup")).unwrap_or_default();
+    assert!(
+        cgroup.contains("/agent-bridge-tasks/") && cgroup.trim_end().ends_with(&format!("/{id}")),
+        "the detached sleeper is in its task's cgroup: {cgroup}"
+    );
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "succeeded", "{end:#}");
+    b.wait_released(&id, 1).await;
+    assert_eq!(processes_running(&["sleep", &seconds]), Vec::<i32>::new(), "cgroup.kill ended the sleeper");
+    assert!(b.log().contains("proof=\"cgroup\""), "the cgroup proof applied:\n{}", b.log());
+    let mount = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let root = mount
+        .lines()
+        .find_map(|l| l.split_once(" - cgroup2 ").and_then(|(left, _)| left.split_whitespace().nth(4)))
+        .expect("cgroup2 mount")
+        .to_owned();
+    let own = cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/").trim().to_owned();
+    let group = std::path::Path::new(&root).join(own.trim_start_matches('/'));
+    assert!(!group.exists(), "the task's cgroup {} is removed with the task", group.display());
+}
+
+/// A `PATH` directory with the shell tools the tests' tasks use, and no `bwrap`.
+fn path_without_bwrap() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a PATH directory");
+    for tool in ["sh", "env", "setsid", "sleep", "echo", "ls", "cat"] {
+        let found = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(tool)).find(|p| p.exists());
+        let found = found.unwrap_or_else(|| panic!("no {tool} in /usr/bin or /bin"));
+        std::os::unix::fs::symlink(found, dir.path().join(tool)).expect("link a tool");
+    }
+    dir
 }

@@ -12,7 +12,7 @@ use tokio::net::UnixStream;
 
 use bridge_proto::envelope::Request;
 use bridge_proto::methods::{self, CallParams, Surface};
-use e2e::{TestBridge, marker_pids, poll_until};
+use e2e::{TestBridge, marker_pids, poll_until, poll_until_async};
 
 const ITERATIONS: u32 = 400;
 /// The kill lands up to this long (uniformly, in microseconds) after the request was written.
@@ -134,10 +134,16 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
         if let Some(guarded) = guard_task(&b) {
             assert_eq!(guarded, id, "iteration {i}: the guard names another task");
             assert_eq!(t["status"], "interrupted", "iteration {i}: a finished runner left its guard");
-            poll_until("the crashed bridge's provider exits", Duration::from_secs(10), || {
-                marker_pids(&guarded).is_empty()
+            // Every process of it: the marked agent, and (in the task sandbox) the unmarked
+            // bwrap pair that the guard's proof names too.
+            poll_until_async("the crashed bridge's provider exits", Duration::from_secs(10), || async {
+                let status = b.call("admin_workdir_status", json!({})).await.expect("workdir status");
+                let repo = status["workdirs"].as_array().and_then(|w| w.iter().find(|w| w["alias"] == "repo").cloned());
+                // Proven, or already cleared by the guard's watcher.
+                repo.is_some_and(|r| r["guard"].is_null() || r["guard"]["proof"]["proven_stopped"] == true)
             })
             .await;
+            assert!(marker_pids(&guarded).is_empty());
             let probe = b.submit_ok(json!({ "prompt": "complete:probe" })).await;
             assert_eq!(b.wait_terminal(&probe).await["status"], "succeeded");
             lazy_clears += 1;

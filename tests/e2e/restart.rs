@@ -53,7 +53,9 @@ async fn after_a_crash_the_task_is_interrupted_and_the_guard_clears_once_the_pro
 
 #[tokio::test]
 async fn after_a_crash_a_surviving_provider_keeps_the_workdir_closed_until_it_is_gone() {
-    let mut b = TestBridge::start().await;
+    // A provider outlives its bridge only without the task sandbox (whose PID namespace dies
+    // with the bridge): the marker proof's own case.
+    let mut b = TestBridge::start_with(e2e::Options::default().with("SERVERFS_AGENT_SANDBOX=off")).await;
     let (id, provider) = running_writer(&b).await;
     // Hold a second write end of the provider's stdin pipe, so it does not see its input close
     // when the bridge dies: it outlives the bridge, like a provider that ignores its input.

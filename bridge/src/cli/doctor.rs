@@ -165,8 +165,9 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
 fn sandbox_check(checks: &mut Vec<Check>, containment: &Value) {
     let mode = containment["mode"].as_str().unwrap_or("?");
     let detail = containment["detail"].as_str().or(containment["refused"].as_str()).unwrap_or("no detail");
+    let cgroup = if containment["cgroup"] == true { ", each in its own cgroup" } else { "" };
     if containment["contained"] == true {
-        check(checks, "sandbox", "ok", format!("contained: tasks run in the bubblewrap sandbox (mode {mode})"));
+        check(checks, "sandbox", "ok", format!("contained: tasks run in the bubblewrap sandbox{cgroup} (mode {mode})"));
     } else if mode == "required" || containment["refused"].is_string() {
         check(checks, "sandbox", "fail", format!("not contained, and mode {mode} refuses every task: {detail}"));
     } else {

@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use crate::config::{BridgeConfig, RuntimeName};
 use crate::model::Profile;
 
+pub mod cgroup;
 pub mod claude;
 pub mod codex;
 pub mod env;

@@ -1,14 +1,15 @@
 //! Whether a socket peer is one of the bridge's own task processes: decided from the kernel's
 //! peer credentials and `/proc`, once per connection.
 //!
-//! A process is inside a task when it carries a task marker, when it lives in a task's PID
-//! namespace, or when it descends from the bridge (every provider child, every orphan the
+//! A process is inside a task when it carries a task marker, when it is in a task's cgroup or
+//! PID namespace, or when it descends from the bridge (every provider child, every orphan the
 //! subreaper adopted, every process nested in a sandbox). A peer whose pid the kernel could not
 //! give, or whose `/proc` entry cannot be read, counts as inside a task: the check fails
 //! closed. Such a peer never acts as the local operator, nor as anyone else, on the socket.
 
 use std::sync::Mutex;
 
+use super::cgroup::Cgroups;
 use super::process::MARKER_VAR;
 use super::procfs::{pid_namespace, read_environ, stat_fields};
 
@@ -17,7 +18,7 @@ use super::procfs::{pid_namespace, read_environ, stat_fields};
 pub struct TaskOrigin {
     /// The task, when it is known.
     pub task_id: Option<String>,
-    /// What showed it: `marker`, `pid_namespace`, `descendant` or `unknown_pid`.
+    /// What showed it: `marker`, `cgroup`, `pid_namespace`, `descendant` or `unknown_pid`.
     pub evidence: &'static str,
 }
 
@@ -46,8 +47,9 @@ pub(super) fn unregister(leader: i32) {
 }
 
 /// Whether the process `pid` (as the kernel reported the peer; `None` when it could not) is
-/// inside a task of the bridge `bridge_pid`. Blocking (reads `/proc`).
-pub fn task_origin(pid: Option<i32>, bridge_pid: i32) -> Option<TaskOrigin> {
+/// inside a task of the bridge `bridge_pid`, whose task cgroups (if any) are `cgroups`.
+/// Blocking (reads `/proc`).
+pub fn task_origin(pid: Option<i32>, bridge_pid: i32, cgroups: Option<&Cgroups>) -> Option<TaskOrigin> {
     let unknown = || Some(TaskOrigin { task_id: None, evidence: "unknown_pid" });
     let Some(pid) = pid.filter(|p| *p > 0) else { return unknown() };
     if pid == bridge_pid {
@@ -58,6 +60,12 @@ pub fn task_origin(pid: Option<i32>, bridge_pid: i32) -> Option<TaskOrigin> {
     if let Some(var) = environ.split(|&b| b == 0).find(|v| v.starts_with(prefix.as_bytes())) {
         let task_id = String::from_utf8_lossy(&var[prefix.len()..]).chars().take(64).collect();
         return Some(TaskOrigin { task_id: Some(task_id), evidence: "marker" });
+    }
+    if let Some(cgroups) = cgroups
+        && let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        && let Some(task_id) = text.lines().find_map(|l| l.strip_prefix("0::")).and_then(|p| cgroups.task_of(p))
+    {
+        return Some(TaskOrigin { task_id: Some(task_id), evidence: "cgroup" });
     }
     let ns = pid_namespace(pid);
     if ns.is_some()
@@ -94,13 +102,13 @@ mod tests {
     fn the_test_process_itself_is_no_task_and_its_child_is_a_descendant() {
         let me = std::process::id() as i32;
         // The test binary is not a descendant of a pid that does not exist.
-        assert_eq!(task_origin(Some(me), i32::MAX), None);
-        assert_eq!(task_origin(None, me), Some(TaskOrigin { task_id: None, evidence: "unknown_pid" }));
-        assert_eq!(task_origin(Some(0), me), Some(TaskOrigin { task_id: None, evidence: "unknown_pid" }));
+        assert_eq!(task_origin(Some(me), i32::MAX, None), None);
+        assert_eq!(task_origin(None, me, None), Some(TaskOrigin { task_id: None, evidence: "unknown_pid" }));
+        assert_eq!(task_origin(Some(0), me, None), Some(TaskOrigin { task_id: None, evidence: "unknown_pid" }));
         let mut child = std::process::Command::new("sleep").arg("30").env_clear().spawn().expect("spawn sleep");
         let pid = child.id() as i32;
         register(pid, "agt_unit_peer", None);
-        let origin = task_origin(Some(pid), me);
+        let origin = task_origin(Some(pid), me, None);
         unregister(pid);
         child.kill().expect("kill");
         child.wait().expect("reap");
@@ -118,7 +126,7 @@ mod tests {
         let pid = child.id() as i32;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let origin = loop {
-            let origin = task_origin(Some(pid), i32::MAX);
+            let origin = task_origin(Some(pid), i32::MAX, None);
             if origin.as_ref().is_some_and(|o| o.evidence == "marker") || std::time::Instant::now() > deadline {
                 break origin;
             }

@@ -66,6 +66,7 @@ pub struct Supervised {
     start_ticks: Option<u64>,
     task_id: String,
     sandbox: Option<Sandboxed>,
+    cgroup: Option<PathBuf>,
 }
 
 /// A started sandbox: its init and namespace, and the private `/tmp` to remove after the stop.
@@ -98,6 +99,8 @@ pub struct ProofMaterial {
     pub marker: String,
     /// The task's PID namespace, when it ran in the sandbox.
     pub namespace: Option<NamespaceProof>,
+    /// The task's own cgroup, when cgroup v2 was delegated to the bridge.
+    pub cgroup: Option<PathBuf>,
 }
 
 /// How a stop ended.
@@ -113,7 +116,8 @@ pub struct StopProof {
     pub survivors_killed: usize,
     /// Processes of the task (in its namespace or carrying its marker) still present.
     pub remaining: Vec<i32>,
-    /// Which proof applied: `pid_namespace` (the sandbox) or `marker`.
+    /// The strongest proof that applied: `cgroup` (a delegated cgroup v2), `pid_namespace`
+    /// (the sandbox) or `marker` (with the other two, still checked).
     pub proof: &'static str,
 }
 
@@ -189,6 +193,12 @@ pub async fn any_exits(pids: &[i32]) {
 /// and start time) and every process carrying the marker. Blocking (reads `/proc`).
 pub fn unproven_pids(material: Option<&ProofMaterial>, task_id: &str) -> Vec<i32> {
     let mut pids = task_pids(task_id, material.and_then(|m| m.namespace).map(|n| n.pid_ns));
+    if let Some(dir) = material.and_then(|m| m.cgroup.as_deref())
+        && super::cgroup::populated(dir)
+    {
+        let inside = super::cgroup::pids(dir);
+        pids.extend(inside.into_iter().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
+    }
     if let Some(m) = material.filter(|m| leader_alive(m) && !pids.contains(&m.pid)) {
         pids.push(m.pid);
     }
@@ -262,6 +272,15 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         Some(_) => Some(info_pipe(&mut cmd)?),
         None => None,
     };
+    // Where cgroup v2 is delegated, the child enters its task's own group before it executes.
+    let cgroup = match spec.sandbox.as_ref().and_then(|c| c.cgroups()) {
+        Some(cgroups) => Some(cgroups.create(&spec.task_id)?),
+        None => None,
+    };
+    let _procs = match &cgroup {
+        Some(dir) => Some(super::cgroup::enter_on_exec(&mut cmd, dir)?),
+        None => None,
+    };
     // Registered under the lock the reaper takes, so it never sees the new leader unregistered.
     let (mut child, pid) = {
         let mut registered = leaders();
@@ -317,7 +336,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     };
     super::peers::register(pid, &spec.task_id, sandbox.as_ref().map(|s| s.ns.pid_ns));
     Ok(Spawned {
-        process: Supervised { child, pid, start_ticks: start_ticks(pid), task_id: spec.task_id, sandbox },
+        process: Supervised { child, pid, start_ticks: start_ticks(pid), task_id: spec.task_id, sandbox, cgroup },
         stdin,
         stdout,
         stderr,
@@ -404,6 +423,7 @@ impl Supervised {
             start_ticks: self.start_ticks,
             marker: self.task_id.clone(),
             namespace: self.sandbox.as_ref().map(|s| s.ns),
+            cgroup: self.cgroup.clone(),
         }
     }
 
@@ -423,9 +443,24 @@ impl Supervised {
         if status.is_some() {
             leaders().remove(&self.pid);
         }
-        // The sandbox's init ends its namespace, and the kernel every process in it.
-        let ns = self.sandbox.as_ref().map(|s| s.ns);
+        // The task's cgroup is killed whole; the sandbox's init ends its namespace, and the
+        // kernel every process in it.
         let mut survivors_killed = 0;
+        let mut cgroup_left = Vec::new();
+        if let Some(dir) = &self.cgroup {
+            let d = dir.clone();
+            survivors_killed +=
+                tokio::task::spawn_blocking(move || super::cgroup::pids(&d)).await.map_or(0, |p| p.len());
+            if !super::cgroup::kill_and_remove(dir).await {
+                let d = dir.clone();
+                cgroup_left = tokio::task::spawn_blocking(move || super::cgroup::pids(&d)).await.unwrap_or_default();
+                // Populated without a readable pid is still populated: no proof.
+                if cgroup_left.is_empty() {
+                    cgroup_left.push(0);
+                }
+            }
+        }
+        let ns = self.sandbox.as_ref().map(|s| s.ns);
         if let Some(ns) = ns {
             survivors_killed += end_namespace(ns).await;
         }
@@ -437,6 +472,7 @@ impl Supervised {
             let left = tokio::task::spawn_blocking(move || namespace_pids(ns.pid_ns)).await.unwrap_or_default();
             remaining.extend(left.into_iter().filter(|p| !remaining.contains(p)).collect::<Vec<_>>());
         }
+        remaining.extend(cgroup_left.into_iter().filter(|p| !remaining.contains(p)).collect::<Vec<_>>());
         if let Some(sandboxed) = &self.sandbox
             && remaining.is_empty()
         {
@@ -453,7 +489,13 @@ impl Supervised {
             signal: status.and_then(|s| s.signal()),
             survivors_killed,
             remaining,
-            proof: if ns.is_some() { "pid_namespace" } else { "marker" },
+            proof: if self.cgroup.is_some() {
+                "cgroup"
+            } else if ns.is_some() {
+                "pid_namespace"
+            } else {
+                "marker"
+            },
         }
     }
 

@@ -42,6 +42,9 @@ struct Inner {
     tmp_root: PathBuf,
     /// The configured workdirs (bound back when they live under the host's `/tmp`).
     workdirs: Vec<PathBuf>,
+    /// Where task cgroups are made, when cgroup v2 is delegated to the bridge (not with
+    /// `SERVERFS_AGENT_SANDBOX=off`, which keeps the first wave's behaviour).
+    cgroups: Option<super::cgroup::Cgroups>,
 }
 
 /// How to start one child inside the sandbox.
@@ -87,7 +90,11 @@ impl Containment {
             },
         };
         let workdirs = config.workdirs.iter().map(|w| w.path.clone()).collect();
-        let inner = Inner { mode: config.sandbox.mode, bwrap, reason, hidden, tmp_root, workdirs };
+        let cgroups = match config.sandbox.mode {
+            SandboxMode::Off => None,
+            SandboxMode::Auto | SandboxMode::Required => super::cgroup::Cgroups::detect(&config.state_dir),
+        };
+        let inner = Inner { mode: config.sandbox.mode, bwrap, reason, hidden, tmp_root, workdirs, cgroups };
         Ok(Containment { inner: Arc::new(inner) })
     }
 
@@ -101,6 +108,7 @@ impl Containment {
                 hidden: Vec::new(),
                 tmp_root: std::env::temp_dir(),
                 workdirs: Vec::new(),
+                cgroups: None,
             }),
         }
     }
@@ -113,6 +121,11 @@ impl Containment {
     /// `bubblewrap` or `none`: what a task's manifest records.
     pub fn kind(&self) -> &'static str {
         if self.contained() { "bubblewrap" } else { "none" }
+    }
+
+    /// Where task cgroups are made, when the bridge has a delegated cgroup v2.
+    pub fn cgroups(&self) -> Option<&super::cgroup::Cgroups> {
+        self.inner.cgroups.as_ref()
     }
 
     /// The refusal for a new task, when the mode is `required` and the sandbox cannot run.
@@ -135,6 +148,7 @@ impl Containment {
             "bwrap": self.inner.bwrap.as_ref().map(|(p, _)| p.display().to_string()),
             "version": self.inner.bwrap.as_ref().map(|(_, v)| v.clone()),
             "detail": self.inner.reason,
+            "cgroup": self.inner.cgroups.is_some(),
             "hidden": self.inner.hidden.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         })
     }
@@ -145,6 +159,7 @@ impl Containment {
             "mode": self.inner.mode.as_str(),
             "kind": self.kind(),
             "contained": self.contained(),
+            "cgroup": self.inner.cgroups.is_some(),
             "detail": self.inner.reason.as_deref().map(caller_safe),
         })
     }

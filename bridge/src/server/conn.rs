@@ -39,9 +39,11 @@ pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: 
     }
     // Decided once per connection: a task's own process never speaks for anyone here.
     let (pid, bridge) = (cred.pid(), std::process::id() as i32);
-    peer.in_task = tokio::task::spawn_blocking(move || crate::provider::peers::task_origin(pid, bridge))
-        .await
-        .unwrap_or(Some(crate::provider::peers::TaskOrigin { task_id: None, evidence: "unknown_pid" }));
+    let cgroups = registry.services().tasks.providers().containment().cgroups().cloned();
+    peer.in_task =
+        tokio::task::spawn_blocking(move || crate::provider::peers::task_origin(pid, bridge, cgroups.as_ref()))
+            .await
+            .unwrap_or(Some(crate::provider::peers::TaskOrigin { task_id: None, evidence: "unknown_pid" }));
     if let Some(origin) = &peer.in_task {
         tracing::warn!(
             task_id = origin.task_id,

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::{Inner, TaskService, results};
 use crate::error::code;
 use crate::model::TaskStatus;
+use crate::provider::cgroup;
 use crate::provider::process::{NamespaceProof, ProofMaterial, any_exits, leader_alive, unproven_pids};
 use crate::provider::procfs::{marker_pids, namespace_pids};
 use crate::store::events::NewEvent;
@@ -25,6 +26,9 @@ pub fn proof_json(m: &ProofMaterial) -> String {
         v["init_pid"] = ns.init_pid.into();
         v["init_start_ticks"] = ns.init_start_ticks.into();
     }
+    if let Some(dir) = &m.cgroup {
+        v["cgroup"] = dir.display().to_string().into();
+    }
     v.to_string()
 }
 
@@ -40,17 +44,23 @@ pub(super) fn parse_proof(text: &str) -> Option<ProofMaterial> {
         // A proof this bridge cannot read is no proof.
         Some(_) => return None,
     };
+    let cgroup = match v.get("cgroup") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(dir)) if dir.starts_with('/') => Some(std::path::PathBuf::from(dir)),
+        Some(_) => return None,
+    };
     Some(ProofMaterial {
         pid: i32::try_from(v.get("pid")?.as_i64()?).ok()?,
         start_ticks: v.get("start_ticks").and_then(|t| t.as_u64()),
         marker: v.get("marker")?.as_str()?.to_owned(),
         namespace,
+        cgroup,
     })
 }
 
 /// Whether the provider behind a guard is proven stopped: its leader (same pid and start
-/// time) is gone, no process is left in its PID namespace (when it ran in the sandbox) and no
-/// process carries its task marker. Unreadable proof material is not a proof. Blocking
+/// time) is gone, its cgroup (where it had one) is empty, no process is left in its PID
+/// namespace (when it ran in the sandbox) and no process carries its task marker. Unreadable proof material is not a proof. Blocking
 /// (reads `/proc`).
 pub fn provider_stopped(guard: &GuardRow) -> bool {
     let material = match &guard.proof_json {
@@ -60,7 +70,8 @@ pub fn provider_stopped(guard: &GuardRow) -> bool {
         },
         None => None,
     };
-    unproven_pids(material.as_ref(), &guard.task_id).is_empty()
+    let cgroup_empty = material.as_ref().and_then(|m| m.cgroup.as_deref()).is_none_or(|d| !cgroup::populated(d));
+    cgroup_empty && unproven_pids(material.as_ref(), &guard.task_id).is_empty()
 }
 
 /// What is known about the provider behind a guard (blocking: reads `/proc`).
@@ -70,26 +81,38 @@ pub fn guard_proof(guard: &GuardRow) -> Value {
     let unreadable = guard.proof_json.is_some() && material.is_none();
     let leader = material.as_ref().map(|m| (m.pid, leader_alive(m)));
     let namespace = material.as_ref().and_then(|m| m.namespace);
+    let group = material.as_ref().and_then(|m| m.cgroup.clone());
     let markers = marker_pids(&guard.task_id);
     let in_namespace = namespace.map(|n| namespace_pids(n.pid_ns)).unwrap_or_default();
+    let in_cgroup = group.as_deref().filter(|d| cgroup::populated(d)).map(cgroup::pids);
     let leader_alive = leader.is_some_and(|(_, alive)| alive);
-    let proven = !unreadable && !leader_alive && markers.is_empty() && in_namespace.is_empty();
+    let proven = !unreadable && !leader_alive && markers.is_empty() && in_namespace.is_empty() && in_cgroup.is_none();
     let missing = if proven {
         None
     } else if unreadable {
         Some("the recorded proof material is unreadable or names another task".to_owned())
     } else if leader_alive {
         Some("the provider's process group leader still runs".to_owned())
+    } else if let Some(pids) = &in_cgroup {
+        Some(format!("the task's cgroup still holds {} process(es)", pids.len()))
     } else if !in_namespace.is_empty() {
         Some(format!("{} process(es) are still in the task's PID namespace", in_namespace.len()))
     } else {
         Some(format!("{} process(es) still carry the task's marker AGENT_BRIDGE_TASK", markers.len()))
     };
+    let proof = if group.is_some() {
+        "cgroup"
+    } else if namespace.is_some() {
+        "pid_namespace"
+    } else {
+        "marker"
+    };
     json!({
         "containment": if namespace.is_some() { "bubblewrap" } else { "none" },
-        "proof": if namespace.is_some() { "pid_namespace" } else { "marker" },
+        "proof": proof,
         "leader_pid": leader.map(|(pid, _)| pid),
         "leader_alive": leader.map(|(_, alive)| alive),
+        "cgroup_processes": group.as_ref().map(|_| in_cgroup.clone().unwrap_or_default()),
         "namespace_processes": namespace.map(|_| in_namespace),
         "marker_processes": markers,
         "proven_stopped": proven,

@@ -1,0 +1,208 @@
+//! A cgroup per task, where cgroup v2 is delegated to the bridge (a systemd user unit with
+//! `Delegate=yes`, or a bridge run as root): the child enters `<the bridge's cgroup>/
+//! agent-bridge-tasks/<instance>/<task id>` before it executes (`<instance>` names the state
+//! directory, so two bridges in one cgroup never touch each other's groups), so everything the task ever starts is in
+//! it, whatever it does to its session, environment or namespaces. The stop is `cgroup.kill`
+//! and its proof `populated 0` in `cgroup.events` (the kernel's count), also after a restart.
+//!
+//! [`Cgroups::detect`] decides once at startup, by creating and removing a probe group; where
+//! it cannot, tasks get no cgroup and the other proofs apply.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The directory, under the bridge's own cgroup, that holds one cgroup per task.
+const TASKS_DIR: &str = "agent-bridge-tasks";
+
+/// Where the bridge may create task cgroups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroups {
+    /// `<cgroup2 mount><the bridge's cgroup>/agent-bridge-tasks`.
+    root: PathBuf,
+}
+
+impl Cgroups {
+    /// The delegated cgroup v2 of the bridge whose state lives in `state_dir`, if it has one it
+    /// may write. Blocking (a few file operations).
+    pub fn detect(state_dir: &Path) -> Option<Cgroups> {
+        let mount = cgroup2_mount()?;
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let path = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+        let base = mount.join(path.trim_start_matches('/'));
+        use sha2::Digest;
+        let instance = crate::ids::hex(&sha2::Sha256::digest(state_dir.as_os_str().as_encoded_bytes())[..8]);
+        let root = base.join(TASKS_DIR).join(instance);
+        std::fs::create_dir_all(&root).ok()?;
+        // A probe group proves the two things a task needs: creating a group, and moving a
+        // process into it (write access to the common ancestor's cgroup.procs).
+        let probe = root.join(format!("probe-{}", std::process::id()));
+        let _ = std::fs::create_dir(&probe);
+        let usable = probe.join("cgroup.kill").exists()
+            && nix::unistd::access(&base.join("cgroup.procs"), nix::unistd::AccessFlags::W_OK).is_ok()
+            && nix::unistd::access(&probe.join("cgroup.procs"), nix::unistd::AccessFlags::W_OK).is_ok();
+        let _ = std::fs::remove_dir(&probe);
+        usable.then_some(Cgroups { root })
+    }
+
+    /// The cgroup of `task_id`, created empty. Blocking.
+    pub fn create(&self, task_id: &str) -> std::io::Result<PathBuf> {
+        let dir = self.root.join(task_id);
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Removes every task group of this bridge that holds no process (start-up: those a
+    /// previous bridge left; a populated one stays: its guard waits for it), and the empty
+    /// instance directories of bridges that are gone (a plain `rmdir`, which fails on any
+    /// directory that still holds a group). Blocking.
+    pub fn sweep_empty(&self) {
+        if let Ok(entries) = std::fs::read_dir(&self.root) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) && !populated(&entry.path()) {
+                    remove_tree(&entry.path());
+                }
+            }
+        }
+        let Some(parent) = self.root.parent() else { return };
+        let Ok(entries) = std::fs::read_dir(parent) else { return };
+        for entry in entries.flatten() {
+            if entry.path() != self.root && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+
+    /// Removes this bridge's instance directory if no task group is left in it (an orderly
+    /// stop). Blocking.
+    pub fn remove_if_empty(&self) {
+        let _ = std::fs::remove_dir(&self.root);
+    }
+
+    /// Whether `path` (a cgroup path as `/proc/<pid>/cgroup` gives it, after `0::`) is one of
+    /// this bridge's task cgroups; its task id when it is.
+    pub fn task_of(&self, proc_cgroup: &str) -> Option<String> {
+        let mount = cgroup2_mount()?;
+        let full = mount.join(proc_cgroup.trim().trim_start_matches('/'));
+        let rest = full.strip_prefix(&self.root).ok()?;
+        rest.components().next().and_then(|c| c.as_os_str().to_str()).map(str::to_owned)
+    }
+}
+
+/// Makes the child of `cmd` enter the group `dir` before it executes (it writes `0` to the
+/// group's `cgroup.procs`, which moves the writer), so nothing it starts is ever outside it.
+/// The returned descriptor must stay open until the spawn has returned. A child that cannot
+/// enter fails its spawn: a task never runs outside the cgroup it was given.
+#[allow(unsafe_code)]
+pub fn enter_on_exec(cmd: &mut tokio::process::Command, dir: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let procs: std::os::fd::OwnedFd = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?.into();
+    let fd = procs.as_raw_fd();
+    // SAFETY: between fork and exec the closure only calls write(2), async-signal-safe, on a
+    // descriptor the parent keeps open until the spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(procs)
+}
+
+/// Whether a task cgroup still holds a process: `populated 1` in `cgroup.events`. A group
+/// that is gone holds none; one whose events cannot be read is counted as populated.
+pub fn populated(dir: &Path) -> bool {
+    match std::fs::read_to_string(dir.join("cgroup.events")) {
+        Ok(events) => !events.lines().any(|l| l.trim() == "populated 0"),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
+/// The pids in a task cgroup and all its descendants (the ones a watcher waits for).
+pub fn pids(dir: &Path) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        }
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            stack.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+        }
+    }
+    out
+}
+
+/// Kills every process in the group (`cgroup.kill`), waits (bounded, 2 s) for `populated 0`
+/// and removes the group and whatever groups were made inside it. Returns whether it is empty.
+pub async fn kill_and_remove(dir: &Path) -> bool {
+    let d = dir.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || std::fs::write(d.join("cgroup.kill"), b"1")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let d = dir.to_path_buf();
+        let busy = tokio::task::spawn_blocking(move || populated(&d)).await.unwrap_or(true);
+        if !busy {
+            let d = dir.to_path_buf();
+            let _ = tokio::task::spawn_blocking(move || remove_tree(&d)).await;
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Removes an empty group and its empty descendants, deepest first. Blocking.
+pub fn remove_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified`
+/// on a hybrid machine), from `/proc/self/mountinfo`.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        right.split_whitespace().next().filter(|t| *t == "cgroup2")?;
+        left.split_whitespace().nth(4).map(PathBuf::from)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_cgroup_is_recognized_from_a_process_cgroup_line() {
+        let Some(mount) = cgroup2_mount() else { return };
+        let cg = Cgroups { root: mount.join("user.slice/agent-bridge.service").join(TASKS_DIR).join("0a1b") };
+        let line = format!("/user.slice/agent-bridge.service/{TASKS_DIR}/0a1b/agt_0123/inner");
+        assert_eq!(cg.task_of(&line).as_deref(), Some("agt_0123"));
+        assert_eq!(cg.task_of("/user.slice/agent-bridge.service"), None);
+        assert_eq!(cg.task_of("/system.slice/other"), None);
+        assert_eq!(cg.task_of(&format!("/user.slice/agent-bridge.service/{TASKS_DIR}/ffff/agt_9")), None);
+    }
+
+    #[test]
+    fn a_missing_group_holds_nothing_and_an_unreadable_one_counts_as_populated() {
+        let dir = tempfile::tempdir().expect("dir");
+        assert!(!populated(&dir.path().join("gone")), "a removed group is empty");
+        std::fs::create_dir(dir.path().join("cgroup.events")).expect("a directory where the file should be");
+        assert!(populated(dir.path()), "unreadable events are no proof");
+        std::fs::remove_dir(dir.path().join("cgroup.events")).expect("rm");
+        std::fs::write(dir.path().join("cgroup.events"), "populated 0\nfrozen 0\n").expect("write");
+        assert!(!populated(dir.path()));
+        std::fs::write(dir.path().join("cgroup.events"), "populated 1\nfrozen 0\n").expect("write");
+        assert!(populated(dir.path()));
+    }
+}
