@@ -3,6 +3,10 @@
 //! and where the time goes (bridge before the spawn, CLI start-up and handshake, the turn, the
 //! stop with proof and persistence), from the store's event times.
 //!
+//! Each CLI is measured twice in one run, in the task sandbox (the default where bubblewrap
+//! works) and with `SERVERFS_AGENT_SANDBOX=off`, and the sandbox's cost is printed as the
+//! ratio of the two and as its share of the CLI's own start-up.
+//!
 //! Run with `.ci/install-clis && cargo bench -p agent-bridge --bench providers`.
 
 use std::time::{Duration, Instant};
@@ -27,11 +31,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn measure(cli: Cli) {
-    let Some(r) = RealBridge::start(cli, &[]).await else {
+/// The medians of one configuration: submit → first provider event, CLI start + handshake.
+async fn measure(cli: Cli, extra: &[&str], label: &str) -> Option<(f64, f64)> {
+    let Some(r) = RealBridge::start(cli, extra).await else {
         say(&format!("{cli:?}: not installed (run .ci/install-clis); nothing measured"));
-        return;
+        return None;
     };
+    let health = r.b.health().await.expect("health");
+    let contained = health["containment"]["contained"] == true;
     // One warm-up turn (page cache, the CLI's first-run files), then the measured ones.
     let warm = r.submit("say hello").await;
     r.finish(&warm).await;
@@ -77,7 +84,7 @@ async fn measure(cli: Cli) {
     let exit = median(stops.iter().filter_map(|l| field(l, "exit_ms=")).collect());
     let proof = median(stops.iter().filter_map(|l| field(l, "proof_ms=")).collect());
     say(&format!(
-        "{cli:?} (median of {runs}, ms): submit rtt {:.1} | submit→first provider event {:.0} | submit→succeeded seen {:.0} || bridge before spawn {:.0} | CLI start+handshake {:.0} | turn {:.0} | stop with proof + persist {:.0} (CLI exit {exit:.0}, proof {proof:.0})",
+        "{cli:?} {label} (contained: {contained}) (median of {runs}, ms): submit rtt {:.1} | submit→first provider event {:.0} | submit→succeeded seen {:.0} || bridge before spawn {:.0} | CLI start+handshake {:.0} | turn {:.0} | stop with proof + persist {:.0} (CLI exit {exit:.0}, proof {proof:.0})",
         col(0),
         col(1),
         col(2),
@@ -85,6 +92,22 @@ async fn measure(cli: Cli) {
         col(4),
         col(5),
         col(6)
+    ));
+    Some((col(1), col(4)))
+}
+
+/// One CLI in the sandbox and without it, and the sandbox's cost.
+async fn compare(cli: Cli) {
+    let Some((boxed_first, boxed_start)) = measure(cli, &[], "sandbox").await else { return };
+    let Some((bare_first, bare_start)) = measure(cli, &["SERVERFS_AGENT_SANDBOX=off"], "no sandbox").await else {
+        return;
+    };
+    say(&format!(
+        "{cli:?}: the sandbox costs submit→first event ×{:.2} ({:+.0} ms), CLI start+handshake ×{:.2}; {:.0}% of the CLI's own start-up without it",
+        boxed_first / bare_first,
+        boxed_first - bare_first,
+        boxed_start / bare_start,
+        100.0 * (boxed_first - bare_first) / bare_start
     ));
 }
 
@@ -96,7 +119,7 @@ fn say(line: &str) {
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        measure(Cli::Codex).await;
-        measure(Cli::Claude).await;
+        compare(Cli::Codex).await;
+        compare(Cli::Claude).await;
     });
 }
