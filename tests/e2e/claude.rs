@@ -248,3 +248,22 @@ async fn claude_an_approved_command_cannot_take_over_the_bridge() {
     stage.gates_hold(&r.b).await;
     stage.assert_operator_succeeds(&r.b, &r.ws).await;
 }
+
+/// The operator's own MCP servers (user scope in Claude's config, project scope in the
+/// workdir's `.mcp.json`) never start for a task: `--strict-mcp-config` with none named.
+#[tokio::test]
+async fn claude_never_starts_the_operators_own_mcp_servers() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let user = r.cli_home.join("user-mcp-started");
+    let project = r.cli_home.join("project-mcp-started");
+    let server = |marker: &std::path::Path| json!({ "type": "stdio", "command": "sh", "args": ["-c", format!("touch {}; sleep 30", marker.display())] });
+    let claude_json = json!({ "mcpServers": { "operator-own": server(&user) }, "hasCompletedOnboarding": true });
+    std::fs::write(r.cli_home.join(".claude.json"), claude_json.to_string()).expect("write .claude.json");
+    let mcp_json = json!({ "mcpServers": { "project-own": server(&project) } });
+    std::fs::write(r.ws.join(".mcp.json"), mcp_json.to_string()).expect("write .mcp.json");
+    let id = r.submit("say hello").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(!user.exists(), "the operator's user-scope MCP server was started for a task");
+    assert!(!project.exists(), "the workdir's project MCP server was started for a task");
+}

@@ -219,10 +219,12 @@ async fn codex_review_task_runs_read_only() {
 }
 
 #[tokio::test]
-async fn codex_that_dies_during_its_handshake_fails_the_task_at_once() {
+async fn codex_with_a_configuration_it_refuses_fails_the_task_at_once() {
     let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
-    // Codex 0.169 refuses this setting at start-up and exits before answering `initialize`
-    // (notes §4.7): the pending request must fail at stdout EOF, not hang.
+    // Codex 0.169 refuses this setting at start-up (notes §4.7): the bridge's listing of the
+    // operator's MCP servers, which runs before the app-server, fails at once and names it.
+    // (A child that dies during the handshake fails its pending request at stdout EOF: the
+    // driver's unit tests.)
     let config = r.cli_home.join("config.toml");
     let original = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, format!("approval_policy = \"untrusted\"\n{original}")).unwrap();
@@ -233,7 +235,7 @@ async fn codex_that_dies_during_its_handshake_fails_the_task_at_once() {
     let t = r.finish(&id).await;
     assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
     assert_eq!(t["status"], "failed", "{t:#}");
-    assert_eq!(t["error"]["code"], "AGENT_PROVIDER_DISCONNECTED", "{t:#}");
+    assert_eq!(t["error"]["code"], "AGENT_PROVIDER_ERROR", "{t:#}");
     assert!(t["error"]["message"].as_str().unwrap().contains("untrusted"), "{t:#}");
     std::fs::write(&config, original).unwrap();
     let models = r.b.call("list_agent_models", json!({ "runtime": "codex" })).await.expect("models");
@@ -309,4 +311,23 @@ async fn codex_file_change_inside_is_applied_and_outside_asks_first() {
     let finished = r.b.all_events(&id).await.into_iter().find(|e| e["event_type"] == "file_change.finished");
     let finished = finished.expect("file_change.finished");
     assert_eq!(finished["payload"]["status"], "declined", "{finished:#}");
+}
+
+/// The operator's own MCP servers (in `config.toml`) never start for a task: a remote caller's
+/// agent gets the tools the bridge decided, not the operator's.
+#[tokio::test]
+async fn codex_never_starts_the_operators_own_mcp_servers() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let started = r.cli_home.join("operator-mcp-started");
+    let config = r.cli_home.join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config.toml");
+    text.push_str(&format!(
+        "\n[mcp_servers.operator_own]\ncommand = \"sh\"\nargs = [\"-c\", \"touch {}; sleep 30\"]\n",
+        started.display()
+    ));
+    std::fs::write(&config, text).expect("write config.toml");
+    let id = r.submit("say hello").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert!(!started.exists(), "the operator's MCP server was started for a task");
 }

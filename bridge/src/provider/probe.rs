@@ -60,49 +60,76 @@ pub async fn version(bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str)
         Ok(_) => return Probed::Unavailable(format!("{} is not a file", bin.display())),
         Err(e) => return Probed::Unavailable(format!("{}: {e}", bin.display())),
     }
+    let out = match output(bin, &["--version"], env, Path::new("/"), 4096).await {
+        Ok(out) => out,
+        Err(why) => return Probed::Unavailable(why),
+    };
+    let text = String::from_utf8_lossy(&out.0);
+    let first = text.lines().next().unwrap_or("").trim();
+    match (parse(first), out.1) {
+        (Some(v), Some(0)) => Probed::Version(v),
+        _ => Probed::Unavailable(format!(
+            "`{} --version` answered {:?} (exit {:?})",
+            bin.display(),
+            super::io::clip(first, 120),
+            out.1
+        )),
+    }
+}
+
+/// Runs `bin args` in `cwd` with `env` (its own group, a `probe-…` marker, no sandbox: it
+/// never runs a model), reads at most `max_bytes` of its stdout within [`PROBE_TIMEOUT`], and
+/// stops it with the usual ladder: its output and exit code, or why it could not be read.
+pub async fn output(
+    bin: &Path,
+    args: &[&str],
+    env: Vec<(OsString, OsString)>,
+    cwd: &Path,
+    max_bytes: usize,
+) -> Result<(Vec<u8>, Option<i32>), String> {
     let marker = format!("probe-{}-{}", std::process::id(), PROBES.fetch_add(1, Ordering::Relaxed));
-    let spawned = match spawn(SpawnSpec {
+    let spawned = spawn(SpawnSpec {
         program: bin.to_owned(),
-        args: vec![OsString::from("--version")],
-        cwd: PathBuf::from("/"),
+        args: args.iter().map(OsString::from).collect(),
+        cwd: cwd.to_owned(),
         env,
         task_id: marker,
         sandbox: None,
         expose: Vec::new(),
     })
     .await
-    {
-        Ok(s) => s,
-        Err(e) => return Probed::Unavailable(format!("cannot run {}: {e}", bin.display())),
-    };
+    .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
     drop(spawned.stdin);
-    let mut stdout = spawned.stdout;
-    let mut out = Vec::new();
+    let (mut stdout, mut stderr) = (spawned.stdout, spawned.stderr);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
     let read = tokio::time::timeout(PROBE_TIMEOUT, async {
-        let mut chunk = [0u8; 1024];
-        while out.len() < 4096 {
-            match stdout.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => out.extend_from_slice(&chunk[..n]),
+        let (mut chunk, mut echunk) = ([0u8; 4096], [0u8; 1024]);
+        let (mut out_open, mut err_open) = (true, true);
+        while out_open && out.len() < max_bytes {
+            tokio::select! {
+                r = stdout.read(&mut chunk) => match r {
+                    Ok(0) | Err(_) => out_open = false,
+                    Ok(n) => out.extend_from_slice(&chunk[..n]),
+                },
+                r = stderr.read(&mut echunk), if err_open => match r {
+                    Ok(0) | Err(_) => err_open = false,
+                    Ok(n) if err.len() < 4096 => err.extend_from_slice(&echunk[..n]),
+                    Ok(_) => {}
+                },
             }
         }
     })
     .await;
     let proof = spawned.process.stop(Duration::from_secs(1), Duration::from_secs(1)).await;
     if read.is_err() {
-        return Probed::Unavailable(format!("`{} --version` did not answer within {PROBE_TIMEOUT:?}", bin.display()));
+        return Err(format!("`{} {}` did not answer within {PROBE_TIMEOUT:?}", bin.display(), args.join(" ")));
     }
-    let text = String::from_utf8_lossy(&out);
-    let first = text.lines().next().unwrap_or("").trim();
-    match (parse(first), proof.exit_code) {
-        (Some(v), Some(0)) => Probed::Version(v),
-        _ => Probed::Unavailable(format!(
-            "`{} --version` answered {:?} (exit {:?})",
-            bin.display(),
-            super::io::clip(first, 120),
-            proof.exit_code
-        )),
+    if proof.exit_code != Some(0) && !err.is_empty() {
+        let text = String::from_utf8_lossy(&err);
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        return Err(format!("`{} {}` failed: {}", bin.display(), args.join(" "), super::io::clip(last, 200)));
     }
+    Ok((out, proof.exit_code))
 }
 
 /// `codex-cli 0.169.0` → `0.169.0`.

@@ -34,15 +34,12 @@ pub mod rpc;
 pub use driver::policy;
 
 /// `-c` overrides every Codex child gets.
-pub const CONFIG_OVERRIDES: [&str; 6] = [
+pub const CONFIG_OVERRIDES: [&str; 5] = [
     "features.plugins=false",
     "features.apps=false",
     "analytics.enabled=false",
     "features.default_mode_request_user_input=true",
     "suppress_unstable_features_warning=true",
-    // The operator's own MCP servers (config.toml) never reach a task: a remote caller's
-    // agent gets the tools the bridge decided, not the operator's.
-    "mcp_servers={}",
 ];
 
 /// The Codex runtime.
@@ -109,7 +106,33 @@ impl CodexRuntime {
         info
     }
 
-    /// Spawns `codex app-server`; a task's child (`contained`) runs in the task sandbox.
+    /// `-c mcp_servers.<name>.enabled=false` for every MCP server the operator's own Codex
+    /// configuration (its home, and a trusted project's `.codex/config.toml` above `cwd`)
+    /// would start, as `codex mcp list --json` in `cwd` reports them: a remote caller's task
+    /// gets the bridge's tools, never the operator's. (An empty `mcp_servers={}` override is
+    /// merged, not replacing.) Fails closed: a list it cannot read, or a server name that the
+    /// `-c` syntax cannot address, refuses the task.
+    async fn operator_mcp_off(&self, bin: &Path, cwd: &Path) -> Result<Vec<OsString>, StartError> {
+        let fail = |message: String| StartError { code: "AGENT_PROVIDER_ERROR", message };
+        let (out, exit) = probe::output(bin, &["mcp", "list", "--json"], self.env(), cwd, 1024 * 1024)
+            .await
+            .map_err(|e| fail(format!("cannot list the operator's Codex MCP servers: {e}")))?;
+        if exit != Some(0) {
+            let text = String::from_utf8_lossy(&out);
+            return Err(fail(format!(
+                "`codex mcp list --json` failed (exit {exit:?}): {}",
+                super::io::clip(text.trim(), 200)
+            )));
+        }
+        let names = enabled_mcp_servers(&out).map_err(fail)?;
+        Ok(names
+            .into_iter()
+            .flat_map(|name| [OsString::from("-c"), OsString::from(format!("mcp_servers.{name}.enabled=false"))])
+            .collect())
+    }
+
+    /// Spawns `codex app-server`; a task's child (`contained`) runs in the task sandbox, with
+    /// the operator's own MCP servers switched off.
     async fn spawn_child(
         &self,
         task_id: &str,
@@ -117,9 +140,15 @@ impl CodexRuntime {
         contained: bool,
     ) -> Result<(Session, rpc::Rpc, Channels), StartError> {
         let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("codex"))?;
+        let mut args = self.args();
+        if contained {
+            // Before the subcommand: `-c` is a global option.
+            let at = args.len() - 1;
+            args.splice(at..at, self.operator_mcp_off(&bin, cwd).await?);
+        }
         let spawned = spawn(SpawnSpec {
             program: bin,
-            args: self.args(),
+            args,
             cwd: cwd.to_owned(),
             env: self.env(),
             task_id: task_id.to_owned(),
@@ -210,6 +239,29 @@ impl CodexRuntime {
     }
 }
 
+/// The names of the enabled servers in `codex mcp list --json`; a name the `-c` syntax cannot
+/// address (anything but letters, digits, `_` and `-`) is refused.
+pub fn enabled_mcp_servers(json: &[u8]) -> Result<Vec<String>, String> {
+    let list: Vec<Value> =
+        serde_json::from_slice(json).map_err(|e| format!("`codex mcp list --json` printed no list: {e}"))?;
+    let mut names = Vec::new();
+    for server in list {
+        if server.get("enabled") == Some(&Value::Bool(false)) {
+            continue;
+        }
+        let name = server.get("name").and_then(Value::as_str).ok_or("a listed MCP server has no name")?;
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(format!(
+                "the operator's Codex configuration has an MCP server named {:?}, which the bridge cannot switch \
+                 off for a task: rename it (letters, digits, _ and -)",
+                super::io::clip(name, 64)
+            ));
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
 struct Channels {
     incoming: mpsc::UnboundedReceiver<rpc::Incoming>,
     command_rx: mpsc::Receiver<super::ProviderCommand>,
@@ -281,6 +333,18 @@ pub fn native_binary(bin: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operators_enabled_mcp_servers_are_read_strictly() {
+        let listed = br#"[{"name":"github","enabled":true},{"name":"off","enabled":false},{"name":"a_b-9"}]"#;
+        assert_eq!(enabled_mcp_servers(listed).unwrap(), ["github", "a_b-9"]);
+        assert_eq!(enabled_mcp_servers(b"[]").unwrap(), Vec::<String>::new());
+        let dotted = enabled_mcp_servers(br#"[{"name":"we.ird","enabled":true}]"#).unwrap_err();
+        assert!(dotted.contains("we.ird") && dotted.contains("rename"), "{dotted}");
+        assert!(enabled_mcp_servers(br#"[{"name":"x=1 -c y","enabled":true}]"#).is_err());
+        assert!(enabled_mcp_servers(br#"[{"enabled":true}]"#).is_err());
+        assert!(enabled_mcp_servers(b"No MCP servers configured yet.").is_err());
+    }
 
     #[test]
     fn the_npm_launcher_resolves_to_the_vendored_binary() {
