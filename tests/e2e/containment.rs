@@ -486,3 +486,34 @@ fn path_without_bwrap() -> tempfile::TempDir {
     }
     dir
 }
+
+/// A workdir that contains the bridge's state directory (an operator whose workdir is their
+/// whole home): a task pointed at the state directory itself is refused, never uncovered.
+#[tokio::test]
+async fn a_task_directory_inside_the_bridges_private_files_is_refused() {
+    if !sandbox_available() {
+        return;
+    }
+    let mut b = TestBridge::prepare(Options::default());
+    let root = b.root();
+    let env = std::fs::read_to_string(&b.env_file).expect("env");
+    let extra = format!(
+        "WORKDIR_03_ALIAS=everything\nWORKDIR_03_PATH={}\nWORKDIR_03_READ_ONLY=true\nWORKDIR_03_AGENT_MODE=review\nWORKDIR_03_AGENT_RUNTIMES=fake\n",
+        root.display()
+    );
+    std::fs::write(&b.env_file, env + &extra).expect("env");
+    b.spawn().await;
+    let id = b
+        .submit_ok(json!({ "workdir": "everything", "profile": "review", "path": "state", "prompt": "exec:ls -A" }))
+        .await;
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "failed", "{end:#}");
+    let message = end["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("private paths"), "{end:#}");
+    // The same workdir elsewhere works, and the state directory inside it reads as empty but
+    // for the fake runtime's own session store.
+    let id = b.submit_ok(json!({ "workdir": "everything", "profile": "review", "prompt": "exec:ls -A state" })).await;
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "succeeded", "{end:#}");
+    assert_eq!(end["final_response"], "exit=0\nruntimes", "the state directory is emptied inside: {end:#}");
+}

@@ -133,7 +133,7 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
         // and clears it (the provider is gone by now), or finds it still running.
         if let Some(guarded) = guard_task(&b) {
             assert_eq!(guarded, id, "iteration {i}: the guard names another task");
-            assert_eq!(t["status"], "interrupted", "iteration {i}: a finished runner left its guard");
+            assert_eq!(t["status"], "interrupted", "iteration {i}: a finished runner left its guard:\n{}", b.log());
             // Every process of it: the marked agent, and (in the task sandbox) the unmarked
             // bwrap pair that the guard's proof names too.
             poll_until_async("the crashed bridge's provider exits", Duration::from_secs(10), || async {

@@ -70,10 +70,15 @@ pub struct Supervised {
 }
 
 /// A started sandbox: its init and namespace, and the private `/tmp` to remove after the stop.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Sandboxed {
     ns: NamespaceProof,
     private_tmp: PathBuf,
+    /// The namespace itself, held open: while the bridge holds it, the kernel cannot give its
+    /// inode number to another namespace, so "a process with this inode" means "a process of
+    /// this task" (without it, another sandbox started the moment this one ended could take
+    /// the number and pass for a survivor).
+    _pinned: Option<std::fs::File>,
 }
 
 /// What identifies a task's PID namespace for a later proof.
@@ -241,10 +246,9 @@ pub fn reap_orphans() -> usize {
 pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     let wrap = match &spec.sandbox {
         Some(containment) => {
-            let mut expose = spec.expose.clone();
-            expose.push(spec.cwd.clone());
-            expose.extend(spec.program.parent().map(Path::to_path_buf));
-            containment.wrap(&spec.task_id, &spec.env, &expose)?
+            let mut needed = vec![spec.cwd.clone()];
+            needed.extend(spec.program.parent().map(Path::to_path_buf));
+            containment.wrap(&spec.task_id, &spec.env, &needed, &spec.expose)?
         }
         None => None,
     };
@@ -316,6 +320,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
                         init_start_ticks: start_ticks(info.init_pid),
                     },
                     private_tmp: w.private_tmp,
+                    _pinned: pin_namespace(info.init_pid, info.pid_ns),
                 }),
                 None => {
                     // bwrap said nothing: the sandbox did not start. Its own words are on stderr.
@@ -341,6 +346,14 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         stdout,
         stderr,
     })
+}
+
+/// Opens the PID namespace `pid_ns` through its init `pid` (close-on-exec), if that process
+/// is still in it: holding it open keeps the namespace's inode number from being reused.
+fn pin_namespace(pid: i32, pid_ns: u64) -> Option<std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::open(format!("/proc/{pid}/ns/pid")).ok()?;
+    (file.metadata().ok()?.ino() == pid_ns).then_some(file)
 }
 
 /// A close-on-exec pipe whose write end the child gets as [`INFO_FD`] (bwrap's `--info-fd`).

@@ -164,16 +164,24 @@ impl Containment {
         })
     }
 
-    /// How to start a child of `task_id` in the sandbox (`None` when uncontained). `expose` are
-    /// paths the child needs: its cwd, its program's directory, and private paths the runtime
-    /// itself uses (the fake runtime's session store). Blocking (creates the private `/tmp`).
+    /// How to start a child of `task_id` in the sandbox (`None` when uncontained). `needed` are
+    /// the child's cwd and its program's directory (kept where they are, never uncovered);
+    /// `expose` are private paths the runtime itself uses (the fake runtime's session store),
+    /// bound back even inside a hidden directory. A cwd inside a hidden directory is refused.
+    /// Blocking (creates the private `/tmp`).
     pub fn wrap(
         &self,
         task_id: &str,
         env: &[(OsString, OsString)],
+        needed: &[PathBuf],
         expose: &[PathBuf],
     ) -> std::io::Result<Option<Wrap>> {
         let Some((bwrap, _)) = &self.inner.bwrap else { return Ok(None) };
+        if let Some(cwd) = needed.first().and_then(|c| c.canonicalize().ok())
+            && self.inner.hidden.iter().any(|h| cwd.starts_with(h))
+        {
+            return Err(std::io::Error::other("the task's directory is one of the bridge's private paths"));
+        }
         let private_tmp = self.inner.tmp_root.join(task_id);
         crate::files::ensure_private_dir(&self.inner.tmp_root).map_err(std::io::Error::other)?;
         match std::fs::create_dir(&private_tmp) {
@@ -204,7 +212,8 @@ impl Containment {
         let tmp = Path::new("/tmp");
         let mut back: Vec<PathBuf> = Vec::new();
         let from_env = env.iter().filter(|(k, _)| REEXPOSED_VARS.iter().any(|v| k == v)).map(|(_, v)| PathBuf::from(v));
-        for path in from_env.chain(self.inner.workdirs.iter().cloned()).chain(expose.iter().cloned()) {
+        let wanted = self.inner.workdirs.iter().chain(needed).chain(expose).cloned();
+        for path in from_env.chain(wanted) {
             let Ok(path) = path.canonicalize() else { continue };
             if path.starts_with(tmp) && path != tmp && !back.iter().any(|b| path.starts_with(b)) {
                 back.retain(|b| !b.starts_with(&path));
@@ -214,6 +223,7 @@ impl Containment {
         for path in &back {
             args.extend(["--bind".into(), path.clone().into_os_string(), path.clone().into_os_string()]);
         }
+        let mut read_only = Vec::new();
         for path in &self.inner.hidden {
             // Under /tmp, only what was bound back is visible at all; what does not exist
             // (yet) cannot be mounted over and holds nothing.
@@ -222,17 +232,21 @@ impl Containment {
             }
             if path.is_dir() {
                 args.extend(["--tmpfs".into(), path.clone().into_os_string()]);
-                args.extend(["--remount-ro".into(), path.clone().into_os_string()]);
+                read_only.push(path.clone());
             } else {
                 args.extend(["--ro-bind".into(), "/dev/null".into(), path.clone().into_os_string()]);
             }
         }
-        // A runtime's own private directory inside a hidden one comes back after the hiding.
+        // A runtime's own private directory inside a hidden one comes back after the hiding,
+        // before the emptied directories become read-only (its mount point is made in them).
         for path in expose {
             let Ok(path) = path.canonicalize() else { continue };
             if self.inner.hidden.iter().any(|h| path.starts_with(h)) {
                 args.extend(["--bind".into(), path.clone().into_os_string(), path.clone().into_os_string()]);
             }
+        }
+        for path in read_only {
+            args.extend(["--remount-ro".into(), path.into_os_string()]);
         }
         args.extend(["--setenv".into(), "TMPDIR".into(), "/tmp".into()]);
         args.extend(["--info-fd".into(), INFO_FD.to_string().into(), "--".into()]);
