@@ -17,24 +17,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use agent_bridge::provider::sandbox::BASE_FLAGS;
 use e2e::{Options, TestBridge};
 
 const WARMUP: usize = 3;
 const RUNS: usize = 30;
-/// The minimal sandbox the bridge's own one builds on (it adds hidden paths, a private `/tmp`
-/// and `--info-fd`).
-const BWRAP: &[&str] = &[
-    "--unshare-user",
-    "--unshare-pid",
-    "--unshare-cgroup-try",
-    "--die-with-parent",
-    "--dev-bind",
-    "/",
-    "/",
-    "--proc",
-    "/proc",
-    "--",
-];
 
 fn say(line: &str) {
     let _ = writeln!(std::io::stdout(), "{line}");
@@ -82,9 +69,9 @@ fn run(program: &str, args: &[&str]) -> f64 {
     took
 }
 
-/// `program args` plain and wrapped in [`BWRAP`], interleaved: (wrapped, plain) in ms.
+/// `program args` plain and wrapped in the sandbox's [`BASE_FLAGS`], interleaved: (wrapped, plain) in ms.
 fn plain_and_wrapped(program: &str, args: &[&str]) -> (Vec<f64>, Vec<f64>) {
-    let wrapped: Vec<&str> = BWRAP.iter().copied().chain([program]).chain(args.iter().copied()).collect();
+    let wrapped: Vec<&str> = BASE_FLAGS.iter().copied().chain(["--", program]).chain(args.iter().copied()).collect();
     let (mut on, mut off) = (Vec::new(), Vec::new());
     for i in 0..WARMUP + RUNS {
         let (a, b) = if i % 2 == 0 {
@@ -176,7 +163,7 @@ async fn tasks() -> [(Times, Times); 2] {
 fn main() {
     // Benches are outside the daemon's rules: timing `bwrap` and the CLIs directly with
     // `std::process::Command` (blocking, no process group, no sandbox decision) is fine here.
-    let probe = Command::new("bwrap").args(BWRAP).arg("true").stdin(Stdio::null()).output();
+    let probe = Command::new("bwrap").args(BASE_FLAGS).arg("--").arg("true").stdin(Stdio::null()).output();
     match probe {
         Ok(out) if out.status.success() => {}
         Ok(out) => refuse(&format!(

@@ -63,6 +63,22 @@ pub struct Wrap {
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
+/// The namespaces and mounts every task sandbox starts from: its own user, PID and (where the
+/// kernel offers it) cgroup namespaces, dying with the bridge, the host's filesystem at the
+/// same paths and a `/proc` of its own PID namespace. [`Containment::wrap`] adds the private
+/// `/tmp`, what is hidden and what is bound back.
+pub const BASE_FLAGS: &[&str] = &[
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-cgroup-try",
+    "--die-with-parent",
+    "--dev-bind",
+    "/",
+    "/",
+    "--proc",
+    "/proc",
+];
+
 /// The descriptor bwrap writes its JSON information to (the sandbox's init pid and namespaces).
 pub const INFO_FD: i32 = 3;
 
@@ -189,21 +205,8 @@ impl Containment {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        let mut args: Vec<OsString> = [
-            "--unshare-user",
-            "--unshare-pid",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--dev-bind",
-            "/",
-            "/",
-            "--proc",
-            "/proc",
-            "--bind",
-        ]
-        .into_iter()
-        .map(OsString::from)
-        .collect();
+        let mut args: Vec<OsString> = BASE_FLAGS.iter().map(OsString::from).collect();
+        args.push("--bind".into());
         args.push(private_tmp.clone().into_os_string());
         args.push("/tmp".into());
         // What lives under the host's /tmp is gone with the private one; the paths the task
@@ -317,21 +320,7 @@ fn caller_safe(reason: &str) -> String {
 fn try_sandbox(bwrap: &Path) -> Result<String, String> {
     let version = super::process::run_bounded(bwrap, &["--version"], Duration::from_secs(10))
         .map_err(|e| format!("{} cannot be run: {e}; {INSTALL_HINT}", bwrap.display()))?;
-    let args = [
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--dev-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--",
-        "true",
-    ];
+    let args: Vec<&str> = BASE_FLAGS.iter().copied().chain(["--tmpfs", "/tmp", "--", "true"]).collect();
     super::process::run_bounded(bwrap, &args, Duration::from_secs(10))
         .map_err(|e| format!("{} cannot start a sandbox ({}): {USERNS_HINT}", bwrap.display(), e.trim()))?;
     Ok(version.trim().trim_start_matches("bubblewrap").trim().to_owned())
