@@ -3,9 +3,11 @@
 //!
 //! A process is inside a task when it carries a task marker, when it is in a task's cgroup or
 //! PID namespace, or when it descends from the bridge (every provider child, every orphan the
-//! subreaper adopted, every process nested in a sandbox). A peer whose pid the kernel could not
-//! give, or whose `/proc` entry cannot be read, counts as inside a task: the check fails
-//! closed. Such a peer never acts as the local operator, nor as anyone else, on the socket.
+//! subreaper adopted, every process nested in a sandbox). A task's process is always visible
+//! to the bridge (its namespaces are the bridge's descendants), so a peer whose pid the kernel
+//! could not translate is not one; a peer that vanished before it could be looked at counts as
+//! inside a task (the check fails closed). Such a peer never acts as the local operator, nor
+//! as anyone else, on the socket.
 
 use std::sync::Mutex;
 
@@ -51,13 +53,16 @@ pub(super) fn unregister(leader: i32) {
 /// Blocking (reads `/proc`).
 pub fn task_origin(pid: Option<i32>, bridge_pid: i32, cgroups: Option<&Cgroups>) -> Option<TaskOrigin> {
     let unknown = || Some(TaskOrigin { task_id: None, evidence: "unknown_pid" });
-    let Some(pid) = pid.filter(|p| *p > 0) else { return unknown() };
+    let pid = pid.filter(|p| *p > 0)?;
     if pid == bridge_pid {
         return None;
     }
-    let Some(environ) = read_environ(pid) else { return unknown() };
+    // The environment and the namespace need ptrace-read access (a process that made itself
+    // non-dumpable hides them); the cgroup and the parent chain are readable by anyone.
     let prefix = format!("{MARKER_VAR}=");
-    if let Some(var) = environ.split(|&b| b == 0).find(|v| v.starts_with(prefix.as_bytes())) {
+    if let Some(environ) = read_environ(pid)
+        && let Some(var) = environ.split(|&b| b == 0).find(|v| v.starts_with(prefix.as_bytes()))
+    {
         let task_id = String::from_utf8_lossy(&var[prefix.len()..]).chars().take(64).collect();
         return Some(TaskOrigin { task_id: Some(task_id), evidence: "marker" });
     }
@@ -103,8 +108,14 @@ mod tests {
         let me = std::process::id() as i32;
         // The test binary is not a descendant of a pid that does not exist.
         assert_eq!(task_origin(Some(me), i32::MAX, None), None);
-        assert_eq!(task_origin(None, me, None), Some(TaskOrigin { task_id: None, evidence: "unknown_pid" }));
-        assert_eq!(task_origin(Some(0), me, None), Some(TaskOrigin { task_id: None, evidence: "unknown_pid" }));
+        // No pid: a peer outside the bridge's namespaces, which no task process is.
+        assert_eq!(task_origin(None, me, None), None);
+        assert_eq!(task_origin(Some(0), me, None), None);
+        // A pid that is gone by the time it is looked at: fail closed.
+        let mut gone = std::process::Command::new("true").spawn().expect("spawn true");
+        let gone_pid = gone.id() as i32;
+        gone.wait().expect("reap");
+        assert_eq!(task_origin(Some(gone_pid), me, None), Some(TaskOrigin { task_id: None, evidence: "unknown_pid" }));
         let mut child = std::process::Command::new("sleep").arg("30").env_clear().spawn().expect("spawn sleep");
         let pid = child.id() as i32;
         register(pid, "agt_unit_peer", None);

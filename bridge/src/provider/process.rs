@@ -295,6 +295,9 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
                 if let Some(w) = &wrap {
                     super::sandbox::remove_private_tmp(&w.private_tmp);
                 }
+                if let Some(dir) = &cgroup {
+                    super::cgroup::remove_tree(dir);
+                }
                 return Err(e);
             }
         };
@@ -332,6 +335,9 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
                     let _ = child.wait().await;
                     leaders().remove(&pid);
                     super::sandbox::remove_private_tmp(&w.private_tmp);
+                    if let Some(dir) = &cgroup {
+                        let _ = super::cgroup::kill_and_remove(dir).await;
+                    }
                     let why: String = why.trim().chars().take(400).collect();
                     return Err(std::io::Error::other(format!("the task sandbox did not start: {why}")));
                 }

@@ -37,8 +37,10 @@ pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: 
         let _ = write.write_all(&refusal.to_line()).await;
         return;
     }
-    // Decided once per connection: a task's own process never speaks for anyone here.
-    let (pid, bridge) = (cred.pid(), std::process::id() as i32);
+    // Decided once per connection: a task's own process never speaks for anyone here. Tasks
+    // run as the bridge's own user; an allowed peer of another user (a container) is none.
+    let own_uid = nix::unistd::geteuid().as_raw();
+    let (pid, bridge) = (cred.pid().filter(|_| cred.uid() == own_uid), std::process::id() as i32);
     let cgroups = registry.services().tasks.providers().containment().cgroups().cloned();
     peer.in_task =
         tokio::task::spawn_blocking(move || crate::provider::peers::task_origin(pid, bridge, cgroups.as_ref()))
