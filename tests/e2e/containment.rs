@@ -280,8 +280,9 @@ async fn a_detached_sleeper_without_the_marker_dies_with_its_task() {
     let id = b.submit(&format!("exec:env -u AGENT_BRIDGE_TASK setsid sh -c 'sleep {seconds}' & echo left")).await;
     let end = b.wait_terminal(&id).await;
     assert_eq!(end["status"], "succeeded", "{end:#}");
-    b.wait_released(&id, 1).await;
+    // A terminal task is persisted after its stop was proven: the sleeper is already gone.
     assert_eq!(processes_running(&["sleep", &seconds]), Vec::<i32>::new(), "the sleeper is gone with its task");
+    b.wait_released(&id, 1).await;
     assert!(b.lease_is_free(1));
     assert_eq!(b.guard_count(), 0);
     // The kernel's proof: the PID namespace, or the task's cgroup where cgroup v2 is delegated
