@@ -518,3 +518,27 @@ async fn a_task_directory_inside_the_bridges_private_files_is_refused() {
     assert_eq!(end["status"], "succeeded", "{end:#}");
     assert_eq!(end["final_response"], "exit=0\nruntimes", "the state directory is emptied inside: {end:#}");
 }
+
+/// `SERVERFS_AGENT_SANDBOX_HIDE` naming a directory that holds a workdir would leave every task
+/// of that workdir in an empty directory: the bridge refuses to start and says which.
+#[tokio::test]
+async fn hiding_a_workdir_is_refused_at_start() {
+    let b = TestBridge::prepare(Options::default());
+    let env = std::fs::read_to_string(&b.env_file).expect("env");
+    let hide = format!("SERVERFS_AGENT_SANDBOX_HIDE={}\n", b.repo.display());
+    let file = b.root().join("hiding.env");
+    std::fs::write(&file, env + &hide).expect("env");
+    let out = b.serve_until_exit(Some(&file), Duration::from_secs(30)).await;
+    assert!(!out.status.success(), "the bridge started with a hidden workdir");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("would hide workdir repo"), "names the workdir: {stderr}");
+    let sloppy = b.root().join("sloppy.env");
+    let env = std::fs::read_to_string(&b.env_file).expect("env");
+    std::fs::write(&sloppy, env + "SERVERFS_AGENT_SANDBOX=sometimes\nSERVERFS_AGENT_SANDBOX_HIDE=relative/path\n")
+        .expect("env");
+    let out = b.serve_until_exit(Some(&sloppy), Duration::from_secs(30)).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("SERVERFS_AGENT_SANDBOX") && stderr.contains("auto, required or off"), "{stderr}");
+    assert!(stderr.contains("SERVERFS_AGENT_SANDBOX_HIDE") && stderr.contains("relative/path"), "{stderr}");
+}
