@@ -262,6 +262,17 @@ fn processes_running(words: &[&str]) -> Vec<i32> {
         .collect()
 }
 
+/// A task script that leaves `sleep SECONDS` behind, detached the way an agent's stray
+/// background command escapes: without the marker, in a session of its own. The task ends
+/// only once the sleeper runs (it writes `detached` in the workdir first), so a test that then
+/// finds no sleeper shows it was ended, not that it never started.
+fn detach_a_sleeper(seconds: &str) -> String {
+    format!(
+        "exec:rm -f detached; env -u AGENT_BRIDGE_TASK setsid sh -c 'echo up > detached; exec sleep {seconds}' & \
+         while [ ! -s detached ]; do sleep 0.02; done; echo left"
+    )
+}
+
 fn unique_seconds() -> String {
     format!("600.{}{}", std::process::id(), rand_suffix())
 }
@@ -277,7 +288,7 @@ async fn a_detached_sleeper_without_the_marker_dies_with_its_task() {
     }
     let b = TestBridge::start().await;
     let seconds = unique_seconds();
-    let id = b.submit(&format!("exec:env -u AGENT_BRIDGE_TASK setsid sh -c 'sleep {seconds}' & echo left")).await;
+    let id = b.submit(&detach_a_sleeper(&seconds)).await;
     let end = b.wait_terminal(&id).await;
     assert_eq!(end["status"], "succeeded", "{end:#}");
     // A terminal task is persisted after its stop was proven: the sleeper is already gone.
@@ -301,7 +312,7 @@ async fn a_detached_sleeper_without_the_marker_dies_with_its_task() {
 async fn without_the_sandbox_a_detached_sleeper_outlives_its_task_as_documented() {
     let b = TestBridge::start_with(Options::default().with("SERVERFS_AGENT_SANDBOX=off")).await;
     let seconds = unique_seconds();
-    let id = b.submit(&format!("exec:env -u AGENT_BRIDGE_TASK setsid sh -c 'sleep {seconds}' & echo left")).await;
+    let id = b.submit(&detach_a_sleeper(&seconds)).await;
     let end = b.wait_terminal(&id).await;
     assert_eq!(end["status"], "succeeded", "{end:#}");
     b.wait_released(&id, 1).await;
@@ -451,8 +462,7 @@ async fn where_cgroup_v2_is_delegated_each_task_runs_in_its_own_cgroup_which_con
     let health = b.health().await.expect("health");
     assert_eq!(health["containment"]["contained"], false, "no sandbox without bwrap: {health:#}");
     let seconds = unique_seconds();
-    let id =
-        b.submit(&format!("exec:env -u AGENT_BRIDGE_TASK setsid sh -c 'sleep {seconds}' & sleep 1; echo left")).await;
+    let id = b.submit(&format!("{}; sleep 1", detach_a_sleeper(&seconds))).await;
     poll_until("the sleeper runs", Duration::from_secs(20), || processes_running(&["sleep", &seconds]).len() == 1)
         .await;
     let sleeper = processes_running(&["sleep", &seconds])[0];
@@ -480,7 +490,7 @@ async fn where_cgroup_v2_is_delegated_each_task_runs_in_its_own_cgroup_which_con
 /// A `PATH` directory with the shell tools the tests' tasks use, and no `bwrap`.
 fn path_without_bwrap() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("a PATH directory");
-    for tool in ["sh", "env", "setsid", "sleep", "echo", "ls", "cat"] {
+    for tool in ["sh", "env", "setsid", "sleep", "echo", "ls", "cat", "rm"] {
         let found = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(tool)).find(|p| p.exists());
         let found = found.unwrap_or_else(|| panic!("no {tool} in /usr/bin or /bin"));
         std::os::unix::fs::symlink(found, dir.path().join(tool)).expect("link a tool");
