@@ -244,13 +244,22 @@ pub fn reap_orphans() -> usize {
 /// when the spec names one. Must be called on a runtime worker thread, never from
 /// `spawn_blocking`: a sandbox dies with the thread that forked it (`--die-with-parent`).
 pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
-    let wrap = match &spec.sandbox {
+    // The sandbox's command line and the task's cgroup are prepared off the reactor (they
+    // touch the filesystem); the fork itself stays on this worker thread.
+    let (wrap, cgroup) = match spec.sandbox.clone() {
         Some(containment) => {
             let mut needed = vec![spec.cwd.clone()];
             needed.extend(spec.program.parent().map(Path::to_path_buf));
-            containment.wrap(&spec.task_id, &spec.env, &needed, &spec.expose)?
+            let (task_id, env, expose) = (spec.task_id.clone(), spec.env.clone(), spec.expose.clone());
+            tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+                let wrap = containment.wrap(&task_id, &env, &needed, &expose)?;
+                let cgroup = containment.cgroups().map(|c| c.create(&task_id)).transpose()?;
+                Ok((wrap, cgroup))
+            })
+            .await
+            .map_err(std::io::Error::other)??
         }
-        None => None,
+        None => (None, None),
     };
     let mut cmd = match &wrap {
         // Inside the sandbox only the task's own processes carry the marker (bwrap's pair is
@@ -277,10 +286,6 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         None => None,
     };
     // Where cgroup v2 is delegated, the child enters its task's own group before it executes.
-    let cgroup = match spec.sandbox.as_ref().and_then(|c| c.cgroups()) {
-        Some(cgroups) => Some(cgroups.create(&spec.task_id)?),
-        None => None,
-    };
     let _procs = match &cgroup {
         Some(dir) => Some(super::cgroup::enter_on_exec(&mut cmd, dir)?),
         None => None,
