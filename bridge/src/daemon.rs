@@ -36,6 +36,8 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         );
     }
     crate::provider::process::close_inherited_fds_on_exec();
+    // Early, while descriptor numbers are low: the soft RLIMIT_NOFILE goes to the hard limit.
+    let descriptors = server::Descriptors::prepare();
     crate::files::ensure_private_dir(&config.state_dir).map_err(anyhow::Error::msg).context("state directory")?;
     let lock_path = config.state_dir.join(INSTANCE_LOCK);
     let instance = OpenOptions::new()
@@ -140,18 +142,7 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     }
     plans.start().await.map_err(|e| anyhow::anyhow!("{e}")).context("cannot resume the approved plans")?;
     // The board is a convenience: a bridge whose board address is taken still serves its socket.
-    let board = match tokio::net::TcpListener::bind(config.board_addr).await.and_then(|l| Ok((l.local_addr()?, l))) {
-        Ok((addr, listener)) => {
-            let _ = board_addr.set(addr);
-            tracing::info!(url = %format!("http://{addr}/"), "the board is listening");
-            let board = crate::board::Board::new(Arc::clone(&registry), addr, shutdown.child_token());
-            Some(tokio::spawn(crate::board::serve(listener, board)))
-        }
-        Err(e) => {
-            tracing::error!(addr = %config.board_addr, cause = %e, "cannot listen for the board; running without it");
-            None
-        }
-    };
+    let board = start_board(&config, &registry, &board_addr, &shutdown).await;
     tracing::info!(socket = %config.socket_path.display(), workdirs = config.workdirs.len(), "agent-bridge is ready");
 
     let reaper = shutdown.clone();
@@ -183,7 +174,9 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
             _ = signals.cancelled() => {}
         }
     });
-    let server = tokio::spawn(server::serve(listener, registry, policy, shutdown.clone(), config.socket_path.clone()));
+    let budget = descriptors.socket_budget(config.limits.max_active_tasks);
+    let server =
+        tokio::spawn(server::serve(listener, registry, policy, shutdown.clone(), config.socket_path.clone(), budget));
     shutdown.cancelled().await;
     // Plan runners stop first (a step in flight is interrupted with its task, and the plan
     // with it at the next start), then tasks stop while the server drains its open
@@ -209,6 +202,44 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     drop(instance);
     tracing::info!("agent-bridge stopped");
     Ok(())
+}
+
+/// Starts the board on its Unix socket (`SERVERFS_BOARD_SOCKET`) or its loopback address;
+/// `None` (logged) when it cannot listen.
+async fn start_board(
+    config: &BridgeConfig,
+    registry: &Arc<Registry>,
+    board_addr: &std::sync::OnceLock<std::net::SocketAddr>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    use crate::board::{Board, Place};
+    if let Some(path) = &config.board_socket {
+        // The same rules as the bridge's own socket: a private directory, a stale socket
+        // replaced, a live one or a foreign file refused, mode 0600.
+        return match server::bind(path, None) {
+            Ok(listener) => {
+                tracing::info!(socket = %path.display(), "the board is listening on a Unix socket");
+                let board = Board::new(Arc::clone(registry), Place::Unix(path.clone()), shutdown.child_token());
+                Some(tokio::spawn(crate::board::serve(listener, board)))
+            }
+            Err(e) => {
+                tracing::error!(socket = %path.display(), cause = %e, "cannot listen for the board; running without it");
+                None
+            }
+        };
+    }
+    match tokio::net::TcpListener::bind(config.board_addr).await.and_then(|l| Ok((l.local_addr()?, l))) {
+        Ok((addr, listener)) => {
+            let _ = board_addr.set(addr);
+            tracing::info!(url = %format!("http://{addr}/"), "the board is listening");
+            let board = Board::new(Arc::clone(registry), Place::Tcp(addr), shutdown.child_token());
+            Some(tokio::spawn(crate::board::serve(listener, board)))
+        }
+        Err(e) => {
+            tracing::error!(addr = %config.board_addr, cause = %e, "cannot listen for the board; running without it");
+            None
+        }
+    }
 }
 
 async fn wait_for_signal() {

@@ -80,6 +80,11 @@ pub mod code {
     pub const BRIDGE_SHUTDOWN: &str = "BRIDGE_SHUTDOWN";
     /// The bridge is shutting down and takes no new task.
     pub const BRIDGE_CLOSED: &str = bridge_proto::codes::BRIDGE_CLOSED;
+    /// The socket is full of connections with a request in progress, or the bridge has no
+    /// file descriptor left (answered at accept, then the connection is closed).
+    pub const BRIDGE_BUSY: &str = bridge_proto::codes::BRIDGE_BUSY;
+    /// A request line started but did not arrive whole within the bound.
+    pub const REQUEST_TIMED_OUT: &str = bridge_proto::codes::REQUEST_TIMED_OUT;
     /// The bridge restarted while the task ran.
     pub const BRIDGE_RESTARTED: &str = "BRIDGE_RESTARTED";
     /// An API key name is taken.

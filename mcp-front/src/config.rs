@@ -3,7 +3,8 @@
 //!
 //! The keys are the bridge's (`SERVERFS_MCP_LISTEN`, `SERVERFS_AGENT_BRIDGE_SOCKET`,
 //! `SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS`, `SERVERFS_MCP_ALLOWED_HOSTS`,
-//! `SERVERFS_MCP_ALLOWED_ORIGINS`, `SERVERFS_LOG_LEVEL`), so one `.env` drives both processes; the bridge's
+//! `SERVERFS_MCP_ALLOWED_ORIGINS`, `SERVERFS_MCP_MAX_CONNECTIONS`, `SERVERFS_MCP_MAX_INFLIGHT_REQUESTS`,
+//! `SERVERFS_LOG_LEVEL`), so one `.env` drives both processes; the bridge's
 //! `config check` validates the whole file, the front reads only these.
 
 use std::collections::HashMap;
@@ -13,6 +14,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+/// The HTTP server's bounds (connections, requests in flight, timeouts).
+pub use bridge_httpd::Limits as HttpLimits;
+
 /// The default listen address (loopback).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 /// The default front-to-bridge timeout for one call, in seconds.
@@ -20,6 +24,8 @@ pub const DEFAULT_BRIDGE_TIMEOUT_SECONDS: u64 = 30;
 /// The largest request body accepted (the bridge's line limit: a larger call could not be
 /// forwarded anyway).
 pub const MAX_BODY_BYTES: usize = bridge_proto::MAX_LINE_BYTES;
+/// The most connections or requests in flight a setting may name.
+pub const MAX_HTTP_CAP: u64 = 1_000_000;
 
 /// mcp-front: the stateless MCP server in front of agent-bridge.
 #[derive(Debug, Clone, Default, Parser)]
@@ -44,6 +50,18 @@ pub struct Args {
     /// Accepted Origin values, comma-separated [env: SERVERFS_MCP_ALLOWED_ORIGINS].
     #[arg(long)]
     pub allowed_origins: Option<String>,
+    /// Connections open at once; the next is answered 503 [env: SERVERFS_MCP_MAX_CONNECTIONS;
+    /// 4096, lowered to fit the descriptor limit].
+    #[arg(long)]
+    pub max_connections: Option<u64>,
+    /// Requests in flight at once (long polls included); the next is answered 503
+    /// [env: SERVERFS_MCP_MAX_INFLIGHT_REQUESTS; 512].
+    #[arg(long)]
+    pub max_inflight_requests: Option<u64>,
+    /// For tests only: the header, body and idle timeouts in milliseconds, `H,B,I`
+    /// [default 10000,30000,60000].
+    #[arg(long, hide = true)]
+    pub test_http_timeouts_ms: Option<String>,
     /// Read the settings from this `.env` (the environment and the flags win over it).
     #[arg(long, global = true)]
     pub env_file: Option<PathBuf>,
@@ -88,6 +106,9 @@ pub struct Config {
     pub require_bridge_dir: bool,
     /// The `tracing` level from `SERVERFS_LOG_LEVEL` (`info`); `MCP_FRONT_LOG` overrides it.
     pub log_level: &'static str,
+    /// The HTTP server's bounds: the caps from `SERVERFS_MCP_MAX_CONNECTIONS` and
+    /// `SERVERFS_MCP_MAX_INFLIGHT_REQUESTS`, the rest [`HttpLimits::FRONT`].
+    pub http: HttpLimits,
 }
 
 /// A setting that cannot be used.
@@ -179,6 +200,7 @@ impl Config {
         let get =
             |key: &str| environment.get(key).or_else(|| file.get(key)).map(String::as_str).filter(|v| !v.is_empty());
         let listen = Config::resolve_listen(&args, environment, file)?;
+        let http = resolve_http(&args, &get)?;
         let home = environment.get("HOME").map(PathBuf::from);
         let bridge_socket = match args.bridge_socket {
             Some(path) => path,
@@ -229,6 +251,26 @@ impl Config {
             });
         }
         let tunnel_mode = get("SERVERFS_MCP_AUTH").is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        let allow_local = match get("SERVERFS_MCP_TUNNEL_ALLOW_LOCAL").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("false" | "0" | "no" | "off") => false,
+            Some("true" | "1" | "yes" | "on") => true,
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    key: "SERVERFS_MCP_TUNNEL_ALLOW_LOCAL",
+                    message: format!("{other:?} is not a boolean (use true or false)"),
+                });
+            }
+        };
+        if tunnel_mode && listen.ip().is_loopback() && !allow_local {
+            return Err(ConfigError::Invalid {
+                key: "SERVERFS_MCP_AUTH",
+                message: format!(
+                    "tunnel mode (no credential) on the loopback address {listen} lets every local user act as the \
+                     tunnel principal; set SERVERFS_MCP_TUNNEL_ALLOW_LOCAL=true if that is meant (a tunnel daemon \
+                     on this host), or use API keys"
+                ),
+            });
+        }
         let log_level = match get("SERVERFS_LOG_LEVEL").map(str::to_ascii_uppercase).as_deref() {
             None | Some("INFO") => "info",
             Some("TRACE") => "trace",
@@ -251,6 +293,7 @@ impl Config {
             tunnel_mode,
             require_bridge_dir: args.require_bridge_dir,
             log_level,
+            http,
         })
     }
 
@@ -258,6 +301,42 @@ impl Config {
     pub fn is_loopback(&self) -> bool {
         self.listen.ip().is_loopback()
     }
+}
+
+/// The HTTP bounds: the caps from the flags or the keys, the timeouts the defaults (or the
+/// test-only flag).
+fn resolve_http<'a>(args: &Args, get: &impl Fn(&str) -> Option<&'a str>) -> Result<HttpLimits, ConfigError> {
+    let mut http = HttpLimits::FRONT;
+    for (key, flag, target) in [
+        ("SERVERFS_MCP_MAX_CONNECTIONS", args.max_connections, &mut http.max_connections),
+        ("SERVERFS_MCP_MAX_INFLIGHT_REQUESTS", args.max_inflight_requests, &mut http.max_inflight),
+    ] {
+        let value = match (flag, get(key)) {
+            (Some(n), _) => n,
+            (None, Some(text)) => text.parse().map_err(|_| ConfigError::Invalid {
+                key,
+                message: format!("{text:?} is not a positive whole number"),
+            })?,
+            (None, None) => continue,
+        };
+        if value == 0 || value > MAX_HTTP_CAP {
+            return Err(ConfigError::Invalid { key, message: format!("{value} is outside 1..={MAX_HTTP_CAP}") });
+        }
+        *target = usize::try_from(value).unwrap_or(usize::MAX);
+    }
+    if let Some(text) = &args.test_http_timeouts_ms {
+        let ms: Vec<u64> = text.split(',').filter_map(|t| t.trim().parse().ok()).filter(|&n| n > 0).collect();
+        let [header, body, idle] = ms[..] else {
+            return Err(ConfigError::Invalid {
+                key: "--test-http-timeouts-ms",
+                message: format!("{text:?} is not three positive millisecond counts H,B,I"),
+            });
+        };
+        http.header_timeout = Duration::from_millis(header);
+        http.body_timeout = Duration::from_millis(body);
+        http.idle_timeout = Duration::from_millis(idle);
+    }
+    Ok(http)
 }
 
 /// The process environment (the keys the front reads) and the `.env` named by `--env-file`.
@@ -328,6 +407,8 @@ mod tests {
             ("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", "x"),
             ("SERVERFS_MCP_ALLOWED_HOSTS", "https://a.example"),
             ("SERVERFS_MCP_ALLOWED_ORIGINS", "a.example"),
+            ("SERVERFS_MCP_MAX_CONNECTIONS", "0"),
+            ("SERVERFS_MCP_MAX_INFLIGHT_REQUESTS", "many"),
         ] {
             let env = map(&[("HOME", "/h"), (key, value)]);
             let e = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap_err();
@@ -352,6 +433,22 @@ mod tests {
     }
 
     #[test]
+    fn the_http_caps_come_from_the_keys_and_the_flags() {
+        let env = map(&[("HOME", "/h"), ("SERVERFS_MCP_MAX_CONNECTIONS", "100")]);
+        let file = map(&[("SERVERFS_MCP_MAX_INFLIGHT_REQUESTS", "7")]);
+        let c = Config::resolve(Args::default(), &env, &file).unwrap();
+        assert_eq!((c.http.max_connections, c.http.max_inflight), (100, 7));
+        assert_eq!(c.http.header_timeout, HttpLimits::FRONT.header_timeout);
+        let args =
+            Args { max_connections: Some(3), test_http_timeouts_ms: Some("100,200,300".into()), ..Args::default() };
+        let c = Config::resolve(args, &env, &file).unwrap();
+        assert_eq!(c.http.max_connections, 3);
+        assert_eq!(c.http.idle_timeout, Duration::from_millis(300));
+        let args = Args { test_http_timeouts_ms: Some("100,0,300".into()), ..Args::default() };
+        assert!(Config::resolve(args, &env, &file).is_err());
+    }
+
+    #[test]
     fn the_command_line_takes_a_healthcheck_and_the_flags() {
         let args = Args::try_parse_from(["mcp-front", "healthcheck", "--addr", "127.0.0.1:9"]).unwrap();
         assert!(matches!(args.command, Some(Command::Healthcheck { addr: Some(a) }) if a.port() == 9));
@@ -368,11 +465,27 @@ mod tests {
             ("SERVERFS_MCP_ALLOWED_HOSTS", " mcp.example.com, ,front:8765"),
             ("SERVERFS_MCP_ALLOWED_ORIGINS", "https://chatgpt.com"),
             ("SERVERFS_MCP_AUTH", "none"),
+            ("SERVERFS_MCP_TUNNEL_ALLOW_LOCAL", "true"),
         ]);
         let c = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap();
         assert_eq!(c.allowed_hosts, ["mcp.example.com", "front:8765"]);
         assert_eq!(c.allowed_origins, ["https://chatgpt.com"]);
         assert!(c.tunnel_mode && c.is_loopback());
+    }
+
+    #[test]
+    fn tunnel_mode_on_loopback_is_refused_unless_the_operator_means_it() {
+        let env = map(&[("HOME", "/h"), ("SERVERFS_MCP_AUTH", "none")]);
+        let refused = Config::resolve(Args::default(), &env, &HashMap::new()).unwrap_err().to_string();
+        assert!(
+            refused.starts_with("SERVERFS_MCP_AUTH:") && refused.contains("SERVERFS_MCP_TUNNEL_ALLOW_LOCAL"),
+            "{refused}"
+        );
+        let public = map(&[("HOME", "/h"), ("SERVERFS_MCP_AUTH", "none"), ("SERVERFS_MCP_LISTEN", "0.0.0.0:8765")]);
+        assert!(Config::resolve(Args::default(), &public, &HashMap::new()).unwrap().tunnel_mode);
+        let bad = map(&[("HOME", "/h"), ("SERVERFS_MCP_AUTH", "none"), ("SERVERFS_MCP_TUNNEL_ALLOW_LOCAL", "maybe")]);
+        let refused = Config::resolve(Args::default(), &bad, &HashMap::new()).unwrap_err().to_string();
+        assert!(refused.starts_with("SERVERFS_MCP_TUNNEL_ALLOW_LOCAL:"), "{refused}");
     }
 
     #[test]

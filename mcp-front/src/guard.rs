@@ -191,9 +191,48 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
         return unauthorized(id, message);
     }
     let mut response = response.map(Body::new);
+    if response.status().is_client_error() {
+        response = as_rpc_error(response, id).await;
+    }
     // Stateless: never hand out a session (rmcp does not in this mode; keep it that way).
     response.headers_mut().remove("mcp-session-id");
     response
+}
+
+/// The longest refusal body of the MCP service that is read to rewrite it.
+const MAX_REFUSAL_BYTES: usize = 64 * 1024;
+
+/// The MCP service's own refusals (406 for a missing `Accept`, 400 for a bad
+/// `MCP-Protocol-Version`, …) come as plain text or as JSON-RPC errors without an `id`: every
+/// 4xx of `/mcp` leaves as a JSON-RPC error carrying the request's id, the service's code and
+/// message kept where it gave them (a message is clipped and loses control characters).
+async fn as_rpc_error(response: Response, id: Value) -> Response {
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_REFUSAL_BYTES).await.unwrap_or_default();
+    let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let complete = parsed.as_ref().is_some_and(|v| {
+        v["error"]["code"].is_i64() && v["error"]["message"].is_string() && v.get("id").is_some_and(|i| !i.is_null())
+    });
+    if complete {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    let (code, message) = match parsed.as_ref().and_then(|v| v.get("error")) {
+        Some(error) => (
+            error["code"].as_i64().unwrap_or(-32600),
+            error["message"].as_str().unwrap_or("Invalid Request").to_owned(),
+        ),
+        None => (-32600, String::from_utf8_lossy(&bytes).trim().to_owned()),
+    };
+    let message: String = message.chars().filter(|c| !c.is_control()).take(300).collect();
+    let message =
+        if message.is_empty() { parts.status.canonical_reason().unwrap_or("Bad Request").to_owned() } else { message };
+    let mut rewritten = rpc_error(parts.status, id, code, &message);
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            rewritten.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    rewritten
 }
 
 /// The 401 every missing, malformed, unknown or revoked credential gets: a bearer challenge

@@ -1,5 +1,7 @@
-//! The HTTP server: `/mcp` behind the guard, `/healthz` for the bridge's liveness, and a clean
-//! shutdown on SIGINT or SIGTERM.
+//! The HTTP server: `/mcp` behind the guard, `/healthz` for the bridge's liveness, served by
+//! the bounded server of `bridge-httpd` (connection and in-flight caps answered 503, header,
+//! body and idle timeouts) within the descriptor limit, and a clean shutdown on SIGINT or
+//! SIGTERM.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,10 +63,47 @@ async fn healthz(State(bridge): State<Arc<Bridge>>) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }
 
+/// Descriptors kept free besides those of the client connections: the bridge connections of
+/// the requests in flight are added to this, and the refusals in progress.
+const RESERVED_DESCRIPTORS: usize = 64;
+
+/// Raises the descriptor limit and lowers the connection cap to fit it, logging both.
+fn fit_descriptors(config: &mut Config) {
+    let nofile = match bridge_httpd::raise_nofile_limit() {
+        Ok(limit) => {
+            tracing::info!(
+                before = limit.before,
+                soft = limit.soft,
+                hard = limit.hard,
+                "RLIMIT_NOFILE raised to the hard limit"
+            );
+            limit.soft
+        }
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot raise RLIMIT_NOFILE");
+            1024
+        }
+    };
+    let http = &mut config.http;
+    let reserve = RESERVED_DESCRIPTORS + bridge_httpd::MAX_REFUSING + http.max_inflight;
+    let cap = bridge_httpd::connection_cap(http.max_connections, nofile, reserve);
+    if cap < http.max_connections {
+        tracing::warn!(
+            wanted = http.max_connections,
+            max_connections = cap,
+            nofile,
+            reserve,
+            "the connection cap is lowered to fit the descriptor limit"
+        );
+        http.max_connections = cap;
+    }
+}
+
 /// Binds `config.listen` and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     use anyhow::Context;
     let mut config = config;
+    fit_descriptors(&mut config);
     let shutdown = CancellationToken::new();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -83,16 +122,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             "listening on a non-loopback address with no SERVERFS_MCP_ALLOWED_HOSTS: any Host header is accepted"
         );
     }
-    tracing::info!(url = %format!("http://{local}/mcp"), bridge_socket = %config.bridge_socket.display(), "mcp-front listening");
+    let limits = config.http;
+    tracing::info!(
+        url = %format!("http://{local}/mcp"),
+        bridge_socket = %config.bridge_socket.display(),
+        max_connections = limits.max_connections,
+        max_inflight_requests = limits.max_inflight,
+        "mcp-front listening"
+    );
     let stop = shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            wait_for_signal().await;
-            tracing::info!("mcp-front stopping");
-            stop.cancel();
-        })
-        .await
-        .context("serving HTTP")?;
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("mcp-front stopping");
+        stop.cancel();
+    });
+    let server = bridge_httpd::Server { name: "mcp-front", limits, style: bridge_httpd::Style::JsonRpc };
+    bridge_httpd::serve(listener, app, server, shutdown).await;
+    tracing::info!("mcp-front stopped");
     Ok(())
 }
 

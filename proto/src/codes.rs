@@ -19,6 +19,11 @@ pub const PEER_NOT_AUTHORIZED: &str = "PEER_NOT_AUTHORIZED";
 pub const BRIDGE_PROTOCOL_ERROR: &str = "BRIDGE_PROTOCOL_ERROR";
 /// The bridge is shutting down and takes no new work.
 pub const BRIDGE_CLOSED: &str = "BRIDGE_CLOSED";
+/// The socket holds as many connections as it takes, each with a request in progress, or the
+/// bridge has no file descriptor left: the connection is answered with this and closed.
+pub const BRIDGE_BUSY: &str = "BRIDGE_BUSY";
+/// A request line's first byte arrived but the whole line did not within the bound (10 s).
+pub const REQUEST_TIMED_OUT: &str = "REQUEST_TIMED_OUT";
 /// Startup: the socket path holds a live socket or a file the bridge will not remove.
 pub const SOCKET_PATH_IN_USE: &str = "SOCKET_PATH_IN_USE";
 

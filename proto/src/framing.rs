@@ -1,4 +1,7 @@
-//! Bounded newline framing: read one line without ever buffering more than the limit.
+//! Bounded newline framing: read one line without ever buffering more than the limit, and
+//! (for a server) without letting a started line or an idle wait last beyond a bound.
+
+use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -49,6 +52,53 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
                 reader.consume(n);
             }
         }
+    }
+}
+
+/// How long [`read_line_timed`] waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineBounds {
+    /// The longest wait for the first byte of the next line (an idle connection).
+    pub idle: Duration,
+    /// The longest a line may take to arrive whole once its first byte has arrived.
+    pub line: Duration,
+}
+
+/// What [`read_line_timed`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Timed {
+    /// What [`read_line`] found, within the bounds.
+    Line(Line),
+    /// No byte of a new line arrived within [`LineBounds::idle`].
+    Idle,
+    /// The line started but did not end within [`LineBounds::line`] (the partial line is in
+    /// the buffer); the stream is left mid-line and should be closed.
+    Slow,
+}
+
+/// [`read_line`] within `bounds`: waits at most `bounds.idle` for the line's first byte, calls
+/// `on_first_byte` when it is there, then gives the rest of the line at most `bounds.line`.
+pub async fn read_line_timed<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+    bounds: LineBounds,
+    on_first_byte: impl FnOnce(),
+) -> std::io::Result<Timed> {
+    buf.clear();
+    // `fill_buf` consumes nothing, so giving up on it loses no byte.
+    match tokio::time::timeout(bounds.idle, reader.fill_buf()).await {
+        Err(_) => return Ok(Timed::Idle),
+        Ok(available) => {
+            if available?.is_empty() {
+                return Ok(Timed::Line(Line::Eof));
+            }
+        }
+    }
+    on_first_byte();
+    match tokio::time::timeout(bounds.line, read_line(reader, buf, max)).await {
+        Err(_) => Ok(Timed::Slow),
+        Ok(line) => Ok(Timed::Line(line?)),
     }
 }
 

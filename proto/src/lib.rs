@@ -8,6 +8,8 @@
 pub mod client;
 pub mod codes;
 pub mod envelope;
+#[cfg(test)]
+mod envelope_fuzz;
 pub mod framing;
 pub mod methods;
 

@@ -250,3 +250,36 @@ async fn a_long_timeline_is_read_page_by_page() {
     assert_eq!(seen.iter().sum::<usize>(), total, "every event on exactly one page: {seen:?}");
     assert_eq!(pages, total.div_ceil(500), "{seen:?}");
 }
+
+/// A session cookie replayed by another program (another `User-Agent`) is refused, and the
+/// page of an approval clipped for display shows the request's whole text and says so.
+#[tokio::test]
+async fn a_session_is_bound_to_its_browser_and_a_clipped_approval_is_shown_whole() {
+    let b = TestBridge::start().await;
+    let (token, addr) = token(&b);
+    let origin = format!("http://{addr}");
+    let browser = "Mozilla/5.0 (board test)";
+    let r = http(
+        &addr,
+        "POST",
+        "/login",
+        &[("Origin", &origin), ("Content-Type", "application/x-www-form-urlencoded"), ("User-Agent", browser)],
+        &format!("token={token}"),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    let cookie = r.header("set-cookie").expect("cookie").split(';').next().unwrap().to_owned();
+    let as_browser = [("Cookie", cookie.as_str()), ("User-Agent", browser)];
+    assert_eq!(http(&addr, "GET", "/", &as_browser, "").status, 200);
+    let replayed = http(&addr, "GET", "/", &[("Cookie", cookie.as_str()), ("User-Agent", "curl/8.5.0")], "");
+    assert_eq!(replayed.header("location"), Some("/login"), "another program's replay is logged out");
+    assert_eq!(http(&addr, "GET", "/", &as_browser, "").status, 200, "the browser's session survives the replay");
+
+    let long = format!("echo {} ; rm -rf ~/precious-files", "z".repeat(5_000));
+    let task = b.submit(&format!("approval:{long}")).await;
+    b.wait_status(&task, "waiting_for_approval").await;
+    let page = http(&addr, "GET", &format!("/tasks/{task}"), &as_browser, "");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("The display above is clipped"), "{}", page.body);
+    assert!(page.body.contains("rm -rf ~/precious-files"), "the whole request is on the page");
+    assert!(page.body.contains("Approve for this session"), "a request shown whole keeps its decisions");
+}

@@ -32,12 +32,32 @@ pub fn pending_form(task_id: &str, pending: &Value, csrf: &str) -> String {
         if let Some(map) = payload.as_object() {
             out.push_str("<dl class=\"kv\">");
             for (k, v) in map {
-                if matches!(k.as_str(), "title" | "category" | "available_decisions" | "requested_permissions") {
+                if matches!(
+                    k.as_str(),
+                    "title"
+                        | "category"
+                        | "available_decisions"
+                        | "requested_permissions"
+                        | "clipped"
+                        | "full_text"
+                        | "full_text_complete"
+                ) {
                     continue;
                 }
                 html!(out, "<dt>{}</dt><dd><pre>{}</pre></dd>", k, text(v));
             }
             out.push_str("</dl>");
+        }
+        // What the approver sees is what is approved: a clipped display is followed by the
+        // request's whole text, and says so.
+        if payload["clipped"] == true {
+            out.push_str("<div class=\"error\"><p><b>The display above is clipped.</b> The whole request follows; read it before you decide.</p>");
+            if payload["full_text_complete"] != true {
+                out.push_str(
+                    "<p>Even the whole request is too long to keep: only its start is shown, and approving it for the session is not offered.</p>",
+                );
+            }
+            html!(out, "<pre class=\"full-request\">{}</pre></div>", text(&payload["full_text"]));
         }
         html!(out, "<form method=\"post\" action=\"/tasks/{}/approval\">", task_id);
         out.push_str(&csrf_field(csrf));

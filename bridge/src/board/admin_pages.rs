@@ -159,7 +159,7 @@ pub async fn audit(State(board): State<Board>, headers: HeaderMap, Query(q): Que
     };
     body.push_str(
         "<table><thead><tr><th>When</th><th>Surface</th><th>Principal</th><th>Capability</th><th>Outcome</th>\
-         <th>Task / plan</th><th>µs</th></tr></thead><tbody>",
+         <th>Task / plan</th><th>Calls</th><th>µs</th></tr></thead><tbody>",
     );
     for r in v["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         body.push_str("<tr><td>");
@@ -187,6 +187,14 @@ pub async fn audit(State(board): State<Board>, headers: HeaderMap, Query(q): Que
         }
         if let Some(plan) = r["plan_id"].as_str() {
             html!(body, "<a class=\"mono\" href=\"/plans/{}\">{}</a>", plan, plan);
+        }
+        // A coalesced row (calls that failed authentication, one row per source and minute)
+        // stands for `count` calls.
+        let count = r["count"].as_i64().unwrap_or(1);
+        if count > 1 {
+            html!(body, "</td><td><span class=\"badge bad\">×{}</span>", count);
+        } else {
+            html!(body, "</td><td>{}", count);
         }
         html!(body, "</td><td>{}</td></tr>", text(&r["duration_us"]));
     }

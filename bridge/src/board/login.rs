@@ -38,7 +38,7 @@ pub async fn form(State(board): State<Board>, headers: HeaderMap) -> Response {
 }
 
 /// `POST /login`: a live token opens a session.
-pub async fn submit(State(board): State<Board>, Form(fields): Form<Fields>) -> Response {
+pub async fn submit(State(board): State<Board>, headers: HeaderMap, Form(fields): Form<Fields>) -> Response {
     let presented = forms::field(&fields, "token").unwrap_or("").trim().to_owned();
     let services = board.inner.registry.services();
     let now = services.clock.now_ms();
@@ -66,6 +66,7 @@ pub async fn submit(State(board): State<Board>, Form(fields): Form<Fields>) -> R
             task_id: None,
             plan_id: None,
             client_name: Some("board".into()),
+            count: 1,
         },
         None,
     );
@@ -73,7 +74,7 @@ pub async fn submit(State(board): State<Board>, Form(fields): Form<Fields>) -> R
         tracing::warn!("board login refused: unknown, expired or revoked token");
         return html_response(StatusCode::UNAUTHORIZED, login_page(Some("That token is unknown, expired or revoked.")));
     };
-    let id = board.inner.sessions.open(now, expires_at);
+    let id = board.inner.sessions.open(now, expires_at, super::user_agent(&headers));
     tracing::info!("board login");
     let mut response = Redirect::to("/").into_response();
     let cookie =

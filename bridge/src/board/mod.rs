@@ -1,5 +1,7 @@
-//! The operator board (DESIGN §8): server-rendered pages on a loopback address, served by the
-//! bridge itself.
+//! The operator board (DESIGN §8): server-rendered pages on a loopback address, or on a Unix
+//! socket (`SERVERFS_BOARD_SOCKET`, for an `ssh -L` forward on a shared host), served by the
+//! bridge itself through the bounded server of `bridge-httpd` ([`bridge_httpd::Limits::BOARD`]:
+//! 128 connections, 64 requests in flight, header 10 s, body 30 s, idle 60 s).
 //!
 //! Every page and every action is a registry call on surface `board`, as the principal
 //! `operator@board` (admin), so the board has exactly the rights, validation and audit trail
@@ -12,6 +14,7 @@
 //! a change counter and nothing else).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,9 +56,18 @@ pub struct Board {
 struct Inner {
     registry: Arc<Registry>,
     sessions: Sessions,
-    /// The address actually bound (the `Host` values accepted derive from it).
-    addr: SocketAddr,
+    /// Where the board serves (the `Host` values accepted derive from it).
+    place: Place,
     shutdown: CancellationToken,
+}
+
+/// Where the board serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// A loopback TCP address, the one actually bound.
+    Tcp(SocketAddr),
+    /// A Unix socket, reached through a forward (`ssh -L PORT:PATH`) on any local port.
+    Unix(PathBuf),
 }
 
 /// A logged-in request.
@@ -67,10 +79,10 @@ pub struct Authed {
 }
 
 impl Board {
-    /// The board over `registry`, answering on `addr`.
-    pub fn new(registry: Arc<Registry>, addr: SocketAddr, shutdown: CancellationToken) -> Board {
+    /// The board over `registry`, answering at `place`.
+    pub fn new(registry: Arc<Registry>, place: Place, shutdown: CancellationToken) -> Board {
         let sessions = registry.services().board_sessions.clone();
-        Board { inner: Arc::new(Inner { registry, sessions, addr, shutdown }) }
+        Board { inner: Arc::new(Inner { registry, sessions, place, shutdown }) }
     }
 
     /// Calls a capability on surface `board` as the board's operator.
@@ -94,8 +106,14 @@ impl Board {
 
     /// The session of a request, if it carries a live one.
     pub fn session(&self, headers: &HeaderMap) -> Option<Authed> {
+        self.session_with(headers, true)
+    }
+
+    /// The session of a request; `touch` counts it as a person's activity (see
+    /// [`session`](mod@session): the live-update poll does not).
+    pub fn session_with(&self, headers: &HeaderMap, touch: bool) -> Option<Authed> {
         let id = cookie(headers, COOKIE)?;
-        let session = self.inner.sessions.get(&id, self.now())?;
+        let session = self.inner.sessions.get(&id, self.now(), user_agent(headers), touch)?;
         Some(Authed { session, id })
     }
 
@@ -106,16 +124,39 @@ impl Board {
         Frame { title, nav, csrf: Some(&authed.session.csrf), pending_plans, pulse }
     }
 
+    /// Whether `host` names the board: its own address (with its port), or, on a Unix socket
+    /// whose forward may listen on any port, a loopback name with any port. Never another
+    /// name, so a page under an attacker's DNS name cannot reach it (no DNS rebinding).
     fn host_allowed(&self, host: &str) -> bool {
-        let port = self.inner.addr.port();
-        let mut allowed = vec![self.inner.addr.to_string(), format!("localhost:{port}")];
-        if self.inner.addr.is_ipv4() {
+        let addr = match &self.inner.place {
+            Place::Tcp(addr) => addr,
+            Place::Unix(_) => return loopback_host_any_port(host),
+        };
+        let port = addr.port();
+        let mut allowed = vec![addr.to_string(), format!("localhost:{port}")];
+        if addr.is_ipv4() {
             allowed.push(format!("127.0.0.1:{port}"));
         } else {
             allowed.push(format!("[::1]:{port}"));
         }
         allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
     }
+}
+
+/// `localhost`, `127.0.0.1` or `[::1]`, with a port or without.
+fn loopback_host_any_port(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
+            name
+        }
+        _ => host,
+    };
+    ["localhost", "127.0.0.1", "[::1]"].iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// The request's `User-Agent` (empty when absent or not text).
+pub fn user_agent(headers: &HeaderMap) -> &str {
+    headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
 /// A cookie's value from the request headers.
@@ -152,12 +193,20 @@ pub fn router(board: Board) -> Router {
         .with_state(board)
 }
 
-/// Serves the board until `shutdown`.
-pub async fn serve(listener: tokio::net::TcpListener, board: Board) {
+/// Serves the board on `listener` (TCP or Unix) within [`bridge_httpd::Limits::BOARD`] until
+/// its shutdown token is cancelled; a Unix socket's file is removed at the end.
+pub async fn serve<L: bridge_httpd::Listener>(listener: L, board: Board) {
     let stop = board.inner.shutdown.clone();
+    let socket = match &board.inner.place {
+        Place::Unix(path) => Some(path.clone()),
+        Place::Tcp(_) => None,
+    };
     let app = router(board);
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
-        tracing::error!(cause = %e, "the board stopped serving");
+    let server =
+        bridge_httpd::Server { name: "board", limits: bridge_httpd::Limits::BOARD, style: bridge_httpd::Style::Text };
+    bridge_httpd::serve(listener, app, server, stop).await;
+    if let Some(path) = socket {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -206,7 +255,7 @@ async fn live(
     headers: HeaderMap,
     axum::extract::Query(q): axum::extract::Query<Map<String, Value>>,
 ) -> Response {
-    if board.session(&headers).is_none() {
+    if board.session_with(&headers, false).is_none() {
         return (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({ "error": "log in again" }))).into_response();
     }
     let since = q.get("since").and_then(Value::as_str).and_then(|s| s.parse::<u64>().ok());

@@ -136,7 +136,7 @@ pub async fn task(
     Query(q): Query<Q>,
 ) -> Response {
     let Some(authed) = board.session(&headers) else { return to_login() };
-    let t = match board.call("get_agent_task", json!({ "task_id": id })).await {
+    let t = match board.call("get_agent_task", json!({ "task_id": id, "full_request": true })).await {
         Ok(t) => t,
         Err(e) => return error_page(&board, &authed, "Showing this task", &e, "/").await,
     };

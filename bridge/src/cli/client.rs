@@ -64,6 +64,9 @@ pub enum TasksCommand {
         /// Wait up to this many seconds for a change.
         #[arg(long, default_value_t = 0)]
         wait: u32,
+        /// Show a pending request's whole text when its display was clipped.
+        #[arg(long)]
+        full_request: bool,
     },
     /// Print a task's events.
     Events {
@@ -176,6 +179,8 @@ pub enum Action {
     Board(super::plans::BoardCommand),
     /// Liveness.
     Health,
+    /// The audit log.
+    Audit(super::audit::AuditArgs),
 }
 
 /// Runs a client command against the bridge.
@@ -255,7 +260,7 @@ pub(super) async fn call(client: &Client, name: &str, arguments: Value) -> Resul
 
 pub(super) fn show(json_mode: bool, value: &Value, text: impl FnOnce(&Value) -> String) {
     if json_mode {
-        output::line(&serde_json::to_string_pretty(value).unwrap_or_default());
+        output::json(value);
     } else {
         output::line(&text(value));
     }
@@ -298,6 +303,7 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
             show(json_mode, &v, |v| format!("revoked {} ({})", s(&v["name"]), s(&v["key_id"])));
         }
         Action::Tasks(command) => tasks(client, command, json_mode).await?,
+        Action::Audit(args) => super::audit::audit(client, args, json_mode).await?,
         Action::Plans(command) => super::plans::plans(client, command, json_mode).await?,
         Action::Board(command) => super::plans::board(client, command, json_mode).await?,
         Action::Guards(GuardsCommand::List) => {
@@ -359,8 +365,9 @@ async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Resul
                 )
             });
         }
-        TasksCommand::Show { id, wait } => {
-            let v = call(client, "get_agent_task", json!({ "task_id": id, "wait_seconds": wait })).await?;
+        TasksCommand::Show { id, wait, full_request } => {
+            let args = json!({ "task_id": id, "wait_seconds": wait, "full_request": full_request });
+            let v = call(client, "get_agent_task", args).await?;
             show(json_mode, &v, describe_task);
         }
         TasksCommand::Events { id, after, limit } => {
@@ -520,7 +527,23 @@ fn describe_task(v: &Value) -> String {
             s(&pending["request_id"]),
             s(&pending["expires_at"])
         ));
-        lines.push(format!("          {}", pending["payload"]));
+        let mut shown = pending["payload"].clone();
+        let whole = shown.as_object_mut().and_then(|p| p.remove("full_text"));
+        lines.push(format!("          {shown}"));
+        if pending["payload"]["clipped"] == true {
+            match whole.as_ref().and_then(Value::as_str) {
+                Some(text) => {
+                    let note = if pending["payload"]["full_text_complete"] == true {
+                        "clipped for display; the whole request:"
+                    } else {
+                        "clipped for display, and too long to keep whole (no approve_session); its start:"
+                    };
+                    lines.push(format!("          {note}"));
+                    lines.extend(text.lines().map(|l| format!("          | {l}")));
+                }
+                None => lines.push("          clipped for display: see it whole with --full-request".to_owned()),
+            }
+        }
     }
     if !v["final_response"].is_null() {
         lines.push(format!("result    {}", s(&v["final_response"])));

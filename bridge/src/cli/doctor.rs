@@ -140,7 +140,7 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
         let checks: Vec<Value> =
             checks.iter().map(|c| json!({ "check": c.name, "level": c.level, "detail": c.detail })).collect();
         let report = json!({ "healthy": healthy, "checks": checks, "workdirs": workdirs, "containment": containment });
-        output::line(&serde_json::to_string_pretty(&report).unwrap_or_default());
+        output::json(&report);
     } else {
         let mut lines: Vec<String> =
             checks.iter().map(|c| format!("[{:>4}] {}: {}", c.level, c.name, c.detail)).collect();

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod audit;
 mod client;
 mod doctor;
 mod output;
@@ -117,6 +118,13 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Read the audit log, newest first (a coalesced row counts its calls).
+    Audit {
+        #[command(flatten)]
+        args: audit::AuditArgs,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Check that the bridge answers.
     Health {
         #[command(flatten)]
@@ -168,7 +176,7 @@ pub fn main() -> ExitCode {
                 Ok(report) if json => {
                     let ignored: Vec<&str> = report.ignored.iter().map(|k| k.key.as_str()).collect();
                     let doc = serde_json::json!({ "config": report.config, "ignored_keys": ignored });
-                    output::line(&serde_json::to_string_pretty(&doc).unwrap_or_default());
+                    output::json(&doc);
                     Exit::Ok.into()
                 }
                 Ok(report) => {
@@ -200,6 +208,7 @@ pub fn main() -> ExitCode {
         Command::Plans { command, target } => client::run(target, client::Action::Plans(command)),
         Command::Board { command, target } => client::run(target, client::Action::Board(command)),
         Command::Health { target } => client::run(target, client::Action::Health),
+        Command::Audit { args, target } => client::run(target, client::Action::Audit(args)),
         Command::Guards { command, target } => client::run(target, client::Action::Guards(command)),
         Command::Doctor { target } => {
             let config = target_config(&target);
@@ -238,7 +247,14 @@ fn serve(source: ConfigSource) -> ExitCode {
     // The file the settings came from is one of the bridge's private files: tasks never see it.
     config.config_file = source.config.clone().or_else(|| source.env_file.clone());
     init_tracing(config.log_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // Blocking work (store calls, /proc and cgroup reads) is short: a bounded pool of threads
+    // that live a while serves it without a thread (stack, allocator arena) per burst.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(std::time::Duration::from_secs(60))
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             output::error(&format!("cannot start the async runtime: {e}"));
@@ -253,6 +269,9 @@ fn serve(source: ConfigSource) -> ExitCode {
         }
     }
 }
+
+/// The most threads the daemon runs blocking work on at once (tokio's default is 512).
+const BLOCKING_THREADS: usize = 32;
 
 /// The embedded default: the current directory as the workspace-write workdir `here` with the
 /// `fake` runtime and the `codex` and `claude` CLIs found on `PATH`, every other setting at its

@@ -1,20 +1,55 @@
 //! The CLI's output: results on stdout, problems on stderr (the daemon itself logs with
 //! `tracing` only).
+//!
+//! Much of what the CLI prints came from a model or an agent (a final response, an approval's
+//! command, an event's text), so nothing reaches the terminal unfiltered: C0 control
+//! characters other than newline and tab, DEL and the C1 controls are removed from text (an
+//! escape sequence could rewrite the screen or hide what an approval really runs), and
+//! escaped as `\u…` in JSON, whose other control characters serde already escapes.
 
 use std::io::Write;
 
 use serde_json::Value;
 
-/// Prints one line (or block) on stdout.
-pub fn line(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}");
+/// Whether `c` is a control character a terminal may act on (newline and tab are text).
+fn is_terminal_control(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c)
 }
 
-/// Prints a problem on stderr.
+/// `text` without the control characters a terminal would act on.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(is_terminal_control) {
+        text.chars().filter(|c| !is_terminal_control(*c)).collect::<String>().into()
+    } else {
+        text.into()
+    }
+}
+
+/// Prints one line (or block) on stdout, without terminal controls.
+pub fn line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", terminal_safe(text));
+}
+
+/// Prints a JSON value on stdout, pretty, every terminal control escaped (the data is kept).
+pub fn json(value: &Value) {
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_terminal_control(c) && c != '\n' {
+            escaped.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            escaped.push(c);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{escaped}");
+}
+
+/// Prints a problem on stderr, without terminal controls.
 pub fn error(text: &str) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{text}");
+    let _ = writeln!(err, "{}", terminal_safe(text));
 }
 
 /// Renders rows as aligned columns.
@@ -71,6 +106,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn terminal_controls_never_reach_the_terminal() {
+        let hostile = "ok\u{1b}[2J\u{1b}]0;title\u{7}\r\u{9b}31mred\u{7f}\ttab\nnext é";
+        assert_eq!(terminal_safe(hostile), "ok[2J]0;title31mred\ttab\nnext é");
+        assert!(matches!(terminal_safe("plain\ttext\n"), std::borrow::Cow::Borrowed(_)));
+    }
 
     #[test]
     fn a_listing_aligns_columns_and_shows_missing_values_as_a_dash() {

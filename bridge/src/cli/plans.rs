@@ -172,7 +172,14 @@ pub(super) async fn board(client: &Client, command: BoardCommand, json_mode: boo
             let v = call(client, "admin_create_board_token", json!({ "valid_hours": valid_hours })).await?;
             show(json_mode, &v, |v| {
                 let url = v["login_url"].as_str().map(|u| format!("\nlog in at {u} (expires {})", s(&v["expires_at"])));
-                format!("{}{}", s(&v["token"]), url.unwrap_or_default())
+                let socket = v["board_socket"].as_str().map(|path| {
+                    format!(
+                        "\nthe board serves on the Unix socket {path} (expires {}): forward it with \
+                         `ssh -L 8080:{path} HOST`, then log in at http://localhost:8080/login",
+                        s(&v["expires_at"])
+                    )
+                });
+                format!("{}{}", s(&v["token"]), socket.or(url).unwrap_or_default())
             });
         }
         BoardCommand::Revoke => {

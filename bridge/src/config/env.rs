@@ -107,6 +107,7 @@ pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Ref
     let other = read_other_settings(&mut reader);
     if let (Some(config), Some(other)) = (&config, &other) {
         check_container_identity(&mut reader, config, other, context);
+        check_tunnel_exposure(&mut reader, config, other);
     }
     let refusals = std::mem::take(&mut reader.refusals);
     let (config, other) = refusals.into_result((config, other))?;
@@ -117,6 +118,7 @@ pub fn from_pairs(entries: &[Entry], context: &Context) -> Result<EnvReport, Ref
     };
     // The bridge serves the board itself: the address is read once, with the other settings.
     config.board_addr = other.board_addr;
+    config.board_socket = other.board_socket.clone();
     config.log_level = other.log_level;
     check_rules(&config)?;
     Ok(EnvReport { config, other, ignored, own_uid: context.uid, own_gid: context.gid })
@@ -158,6 +160,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         claude,
         workdirs,
         board_addr: super::default_board_addr(),
+        board_socket: None,
         log_level: LogLevel::default(),
         sandbox: sandbox?,
         config_file: None,
@@ -197,6 +200,7 @@ fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
     let interaction = reader.positive("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", MAX_SECONDS);
     let max_active = reader.positive("SERVERFS_AGENT_MAX_ACTIVE_TASKS", u64::from(u32::MAX));
     let retention = reader.positive("SERVERFS_AGENT_TASK_RETENTION_HOURS", MAX_HOURS);
+    let audit_retention = reader.positive("SERVERFS_AGENT_AUDIT_RETENTION_DAYS", MAX_HOURS / 24);
     let threshold = reader.positive("SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES", MAX_SPOOLED_RESULT_BYTES);
     let idle_key = "SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS";
     let idle = if reader.effective(idle_key).is_some() { Some(reader.positive(idle_key, MAX_SECONDS)?) } else { None };
@@ -205,6 +209,7 @@ fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
         interaction_timeout_seconds: interaction?,
         max_active_tasks: u32::try_from(max_active?).ok()?,
         retention_hours: retention?,
+        audit_retention_days: audit_retention?,
         result_spool_threshold_bytes: threshold?,
         event_idle_timeout_seconds: idle,
     })
@@ -233,9 +238,19 @@ fn read_mcp_auth(reader: &mut Reader<'_>) -> Option<McpAuth> {
     };
     let key = "SERVERFS_MCP_TUNNEL_ROLE";
     let text = reader.effective(key).unwrap_or("operator");
-    let role = Role::parse(text);
-    if role.is_none() {
-        reader.refuse(key, format!("{} is not a role (use viewer, operator or admin)", shown(key, text)));
+    let mut role = Role::parse(text);
+    match role {
+        None => reader.refuse(key, format!("{} is not a role (use viewer or operator)", shown(key, text))),
+        Some(Role::Admin) => {
+            let message = format!(
+                "{} is refused: every caller that reaches the tunnel would be an administrator; \
+                 the tunnel principal is at most operator (give admins their own API keys)",
+                shown(key, text)
+            );
+            reader.refuse(key, message);
+            role = None;
+        }
+        Some(_) => {}
     }
     Some(McpAuth { mode: mode?, tunnel_principal: principal?, tunnel_role: role? })
 }
@@ -245,6 +260,9 @@ fn is_valid_principal(text: &str) -> bool {
     (1..=64).contains(&text.len())
         && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'@' | b'.' | b'_' | b'-'))
 }
+
+/// The most connections or requests in flight a front setting may name (mcp-front's own limit).
+const MAX_HTTP_CAP: u64 = 1_000_000;
 
 /// Why a board address must be a loopback one.
 const BOARD_LOOPBACK_ONLY: &str =
@@ -259,6 +277,9 @@ fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
     if let Some(addr) = board_addr.filter(|a| !a.ip().is_loopback()) {
         reader.refuse("SERVERFS_BOARD_ADDR", format!("{addr} is not a loopback address: {BOARD_LOOPBACK_ONLY}"));
     }
+    let board_socket = reader.path("SERVERFS_BOARD_SOCKET");
+    let mcp_max_connections = reader.positive("SERVERFS_MCP_MAX_CONNECTIONS", MAX_HTTP_CAP);
+    let mcp_max_inflight = reader.positive("SERVERFS_MCP_MAX_INFLIGHT_REQUESTS", MAX_HTTP_CAP);
     let allowed_hosts = reader.list("SERVERFS_MCP_ALLOWED_HOSTS");
     for host in &allowed_hosts {
         if host.contains(char::is_whitespace) || host.contains('/') {
@@ -281,6 +302,7 @@ fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
         let message = format!("{} is not a log level (use TRACE, DEBUG, INFO, WARNING or ERROR)", shown(key, text));
         reader.refuse(key, message);
     }
+    let tunnel_allow_local = reader.boolean("SERVERFS_MCP_TUNNEL_ALLOW_LOCAL");
     let container_uid = reader.id("SERVERFS_UID");
     let container_gid = reader.id("SERVERFS_GID");
     let key = "SERVERFS_MCP_FRONT_IMAGE";
@@ -307,10 +329,38 @@ fn read_other_settings(reader: &mut Reader<'_>) -> Option<OtherSettings> {
         bridge_timeout_seconds: bridge_timeout?,
         mcp_listen: mcp_listen?,
         board_addr: board_addr?,
+        board_socket: board_socket?,
+        mcp_max_connections: mcp_max_connections?,
+        mcp_max_inflight_requests: mcp_max_inflight?,
         allowed_hosts,
         allowed_origins,
         log_level: log_level?,
+        tunnel_allow_local: tunnel_allow_local?,
     })
+}
+
+/// Tunnel mode with the front reachable on a loopback address makes every local user (and
+/// every local page a browser opens) the tunnel principal: refused unless the operator says
+/// so with `SERVERFS_MCP_TUNNEL_ALLOW_LOCAL=true` (a tunnel daemon on this host connecting to
+/// the loopback port is the usual reason). The front refuses the same on its own bind address.
+fn check_tunnel_exposure(reader: &mut Reader<'_>, config: &BridgeConfig, other: &OtherSettings) {
+    if config.mcp_auth.mode != McpAuthMode::None || other.tunnel_allow_local {
+        return;
+    }
+    let listen_set = !reader.raw("SERVERFS_MCP_LISTEN").is_empty();
+    let exposed =
+        [Some(("SERVERFS_MCP_LISTEN", other.mcp_listen)), other.publish.map(|addr| ("SERVERFS_MCP_PUBLISH", addr))];
+    for (key, addr) in exposed.into_iter().flatten() {
+        if addr.ip().is_loopback() && (key != "SERVERFS_MCP_LISTEN" || listen_set) {
+            let message = format!(
+                "tunnel mode (no credential) with the front on the loopback address {addr} lets every local \
+                 user act as the tunnel principal; set SERVERFS_MCP_TUNNEL_ALLOW_LOCAL=true if that is meant \
+                 (a tunnel daemon on this host), or use API keys (SERVERFS_MCP_AUTH=bearer)"
+            );
+            reader.refuse("SERVERFS_MCP_AUTH", message);
+            return;
+        }
+    }
 }
 
 /// `compose.agent.yml` runs the front's container as `SERVERFS_UID:SERVERFS_GID`, and the
@@ -373,6 +423,7 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
         ("limits.interaction_timeout_seconds", limits.interaction_timeout_seconds, MAX_SECONDS),
         ("limits.max_active_tasks", u64::from(limits.max_active_tasks), u64::MAX),
         ("limits.retention_hours", limits.retention_hours, MAX_HOURS),
+        ("limits.audit_retention_days", limits.audit_retention_days, MAX_HOURS / 24),
         ("limits.result_spool_threshold_bytes", limits.result_spool_threshold_bytes, MAX_SPOOLED_RESULT_BYTES),
         ("limits.event_idle_timeout_seconds", limits.event_idle_timeout_seconds.unwrap_or(1), MAX_SECONDS),
     ] {
@@ -391,6 +442,13 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
             Some("board_addr"),
             format!("{} is not a loopback address: {BOARD_LOOPBACK_ONLY}", config.board_addr),
         );
+    }
+    if let Some(path) = &config.board_socket {
+        if !path.is_absolute() {
+            refusals.push(Some("board_socket"), "must be an absolute path");
+        } else if *path == config.socket_path {
+            refusals.push(Some("board_socket"), "is the bridge's own socket: give the board a socket of its own");
+        }
     }
     workdirs::check_workdir_rules(config, &mut refusals);
     refusals.into_result(())

@@ -153,6 +153,12 @@ pub static KEYS: &[KeySpec] = &[
         "Terminal retention: how long a finished task is kept, in hours.",
     ),
     ours(
+        "SERVERFS_AGENT_AUDIT_RETENTION_DAYS",
+        Some("90"),
+        Group::Lifecycle,
+        "Audit retention: how long an audit row is kept, in days.",
+    ),
+    ours(
         "SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES",
         Some("262144"),
         Group::Lifecycle,
@@ -208,6 +214,18 @@ pub static KEYS: &[KeySpec] = &[
     ),
     ours("SERVERFS_MCP_LISTEN", Some("127.0.0.1:8765"), Group::Front, "The address mcp-front listens on (IP:port)."),
     ours(
+        "SERVERFS_MCP_MAX_CONNECTIONS",
+        Some("4096"),
+        Group::Front,
+        "Connections mcp-front keeps open at once (fewer if descriptors are short); more get 503.",
+    ),
+    ours(
+        "SERVERFS_MCP_MAX_INFLIGHT_REQUESTS",
+        Some("512"),
+        Group::Front,
+        "Requests mcp-front serves at once, long polls included; more get 503 with Retry-After.",
+    ),
+    ours(
         "SERVERFS_MCP_ALLOWED_HOSTS",
         None,
         Group::Front,
@@ -235,7 +253,13 @@ pub static KEYS: &[KeySpec] = &[
         "SERVERFS_MCP_TUNNEL_ROLE",
         Some("operator"),
         Group::Auth,
-        "In tunnel mode, that principal's role: viewer, operator or admin.",
+        "In tunnel mode, that principal's role: viewer or operator (never admin).",
+    ),
+    ours(
+        "SERVERFS_MCP_TUNNEL_ALLOW_LOCAL",
+        Some("false"),
+        Group::Auth,
+        "Allow tunnel mode while the front listens on (or is published to) a loopback address.",
     ),
     ours(
         "SERVERFS_UID",
@@ -266,6 +290,12 @@ pub static KEYS: &[KeySpec] = &[
         Some("127.0.0.1:7878"),
         Group::Board,
         "The address the local web board listens on (IP:port).",
+    ),
+    ours(
+        "SERVERFS_BOARD_SOCKET",
+        None,
+        Group::Board,
+        "Serve the board on this Unix socket (0600) instead of TCP, for ssh -L; absolute or ~/.",
     ),
     ours(
         "SERVERFS_CODEX_BIN",

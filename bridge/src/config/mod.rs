@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub mod dotenv;
+#[cfg(test)]
+mod dotenv_fuzz;
 pub mod env;
 pub mod example;
 pub mod keys;
@@ -52,6 +54,11 @@ pub struct BridgeConfig {
     /// address actually bound. Configs rendered before the board existed load with the default.
     #[serde(default = "default_board_addr")]
     pub board_addr: std::net::SocketAddr,
+    /// The Unix socket the board serves on instead of `board_addr` (`SERVERFS_BOARD_SOCKET`,
+    /// unset: TCP), for an `ssh -L` forward on a shared host. Configs rendered before it
+    /// existed load without it.
+    #[serde(default)]
+    pub board_socket: Option<PathBuf>,
     /// How much the daemon logs (`SERVERFS_LOG_LEVEL`, INFO). `AGENT_BRIDGE_LOG` in the
     /// environment, a full `tracing` filter, overrides it for one run. Configs rendered before
     /// the bridge read it load with INFO.
@@ -185,6 +192,10 @@ pub struct Limits {
     pub max_active_tasks: u32,
     /// `SERVERFS_AGENT_TASK_RETENTION_HOURS` (168): how long a terminal task is kept.
     pub retention_hours: u64,
+    /// `SERVERFS_AGENT_AUDIT_RETENTION_DAYS` (90): how long an audit row is kept (a config
+    /// rendered before this key existed loads with the default).
+    #[serde(default = "default_audit_retention_days")]
+    pub audit_retention_days: u64,
     /// `SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES` (262144): larger results are spooled.
     pub result_spool_threshold_bytes: u64,
     /// `SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS` (unset = off): longest provider silence,
@@ -199,10 +210,16 @@ impl Default for Limits {
             interaction_timeout_seconds: 1800,
             max_active_tasks: 4,
             retention_hours: 168,
+            audit_retention_days: default_audit_retention_days(),
             result_spool_threshold_bytes: 262_144,
             event_idle_timeout_seconds: None,
         }
     }
+}
+
+/// The default of [`Limits::audit_retention_days`].
+pub fn default_audit_retention_days() -> u64 {
+    90
 }
 
 /// The largest result the bridge keeps (spooled); a larger one fails the task.

@@ -176,6 +176,7 @@ mod tests {
                 runtimes: vec![RuntimeName::Fake],
             }],
             board_addr: crate::config::default_board_addr(),
+            board_socket: None,
             log_level: crate::config::LogLevel::Warning,
             sandbox: crate::config::SandboxSettings::default(),
             config_file: None,

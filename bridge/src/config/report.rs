@@ -48,12 +48,20 @@ pub struct OtherSettings {
     pub mcp_listen: SocketAddr,
     /// `SERVERFS_BOARD_ADDR`: where the board listens.
     pub board_addr: SocketAddr,
+    /// `SERVERFS_BOARD_SOCKET`: the Unix socket the board serves on instead, if set.
+    pub board_socket: Option<PathBuf>,
+    /// `SERVERFS_MCP_MAX_CONNECTIONS`: the front's connection cap.
+    pub mcp_max_connections: u64,
+    /// `SERVERFS_MCP_MAX_INFLIGHT_REQUESTS`: the front's cap on requests in flight.
+    pub mcp_max_inflight_requests: u64,
     /// `SERVERFS_MCP_ALLOWED_HOSTS`.
     pub allowed_hosts: Vec<String>,
     /// `SERVERFS_MCP_ALLOWED_ORIGINS`.
     pub allowed_origins: Vec<String>,
     /// `SERVERFS_LOG_LEVEL` (also copied into the bridge's config).
     pub log_level: super::LogLevel,
+    /// `SERVERFS_MCP_TUNNEL_ALLOW_LOCAL`: tunnel mode on a loopback front is meant.
+    pub tunnel_allow_local: bool,
 }
 
 /// The outcome of a valid `.env`.
@@ -90,6 +98,7 @@ impl fmt::Display for EnvReport {
         writeln!(f, "  interaction timeout: {} s", l.interaction_timeout_seconds)?;
         writeln!(f, "  max active tasks:    {}", l.max_active_tasks)?;
         writeln!(f, "  retention:           {} h", l.retention_hours)?;
+        writeln!(f, "  audit retention:     {} days", l.audit_retention_days)?;
         writeln!(f, "  spool results over:  {} bytes", l.result_spool_threshold_bytes)?;
         match l.event_idle_timeout_seconds {
             Some(seconds) => writeln!(f, "  event-idle timeout:  {seconds} s")?,
@@ -97,6 +106,8 @@ impl fmt::Display for EnvReport {
         }
         writeln!(f, "mcp-front")?;
         writeln!(f, "  listen:              {}", o.mcp_listen)?;
+        writeln!(f, "  max connections:     {}", o.mcp_max_connections)?;
+        writeln!(f, "  max in flight:       {} requests", o.mcp_max_inflight_requests)?;
         writeln!(f, "  allowed hosts:       {}", list_text(&o.allowed_hosts))?;
         writeln!(f, "  allowed origins:     {}", list_text(&o.allowed_origins))?;
         match &o.bridge_socket {
@@ -129,7 +140,10 @@ impl fmt::Display for EnvReport {
             None => writeln!(f, "  published on:        (not published)")?,
         }
         writeln!(f, "board")?;
-        writeln!(f, "  listen:              {}", o.board_addr)?;
+        match &o.board_socket {
+            Some(path) => writeln!(f, "  listen:              unix socket {} (not TCP)", path.display())?,
+            None => writeln!(f, "  listen:              {}", o.board_addr)?,
+        }
         writeln!(f, "runtimes")?;
         write_runtime(f, "codex", &c.codex)?;
         write_runtime(f, "claude", &c.claude)?;

@@ -263,7 +263,9 @@ impl PlanService {
     async fn view(&self, row: PlanRow, replayed: bool) -> Result<Value, ToolError> {
         let id = row.plan_id.clone();
         let steps = self.inner.store.call(move |s| s.get_plan_with_steps(&id)).await?.map(|(_, s)| s);
-        let mut view = plan_view(&row, &steps.unwrap_or_default(), self.inner.tasks.config().board_addr);
+        let config = self.inner.tasks.config();
+        let board = config.board_socket.is_none().then_some(config.board_addr);
+        let mut view = plan_view(&row, &steps.unwrap_or_default(), board);
         view["idempotent_replay"] = json!(replayed);
         Ok(view)
     }

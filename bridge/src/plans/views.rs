@@ -10,11 +10,13 @@ use crate::model::PlanStatus;
 use crate::store::plans::{PlanRow, StepRow};
 
 /// What a caller should know about the plan's state, in one sentence.
-fn message(p: &PlanRow, board: SocketAddr, current: Option<i64>) -> String {
+fn message(p: &PlanRow, board: Option<SocketAddr>, current: Option<i64>) -> String {
+    // A board on a Unix socket has no address a caller could use (and its path is a host path).
+    let at = board.map_or_else(String::new, |addr| format!(" (http://{addr}/)"));
     match p.status {
         PlanStatus::PendingApproval => format!(
-            "This plan awaits a human: nothing runs until an operator approves it on the agent-bridge board \
-             (http://{board}/) or with `agent-bridge plans approve {}`. Poll get_agent_plan to follow it.",
+            "This plan awaits a human: nothing runs until an operator approves it on the agent-bridge board\
+             {at} or with `agent-bridge plans approve {}`. Poll get_agent_plan to follow it.",
             p.plan_id
         ),
         PlanStatus::Approved => "Approved by a human; its first step starts now.".to_owned(),
@@ -52,7 +54,7 @@ pub fn current_step(p: &PlanRow, steps: &[StepRow]) -> Option<i64> {
 }
 
 /// The public view of a plan with its steps.
-pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: SocketAddr) -> Value {
+pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: Option<SocketAddr>) -> Value {
     let current = current_step(p, steps);
     let steps: Vec<Value> = steps
         .iter()

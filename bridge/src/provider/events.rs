@@ -57,6 +57,26 @@ pub const PROVIDER_ERROR: &str = "provider.error";
 /// The largest tool input kept in an event, in bytes of JSON.
 pub const MAX_INPUT_BYTES: usize = 4000;
 
+/// The most of a clipped request's whole text an approval keeps for its approver: with the
+/// clipped display beside it, the payload stays well under the interaction limit (64 KiB).
+pub const MAX_FULL_TEXT_BYTES: usize = 32 * 1024;
+
+/// Marks an approval payload whose display clipped something: `clipped: true`, and the whole
+/// text under `full_text` (shown on request: the board's page, `get_agent_task` with
+/// `full_request`, `tasks show --full-request`). When even that is longer than
+/// [`MAX_FULL_TEXT_BYTES`], `full_text_complete: false`: no one can read the whole request, so
+/// the bridge does not offer `approve_session` for it.
+pub fn keep_full_text(p: &mut serde_json::Map<String, Value>, full: &str) {
+    p.insert("clipped".into(), Value::Bool(true));
+    p.insert("full_text".into(), Value::String(clip(full, MAX_FULL_TEXT_BYTES)));
+    p.insert("full_text_complete".into(), Value::Bool(full.len() <= MAX_FULL_TEXT_BYTES));
+}
+
+/// Whether [`bounded_value`] would clip `v`.
+pub fn is_clipped(v: &Value) -> bool {
+    v.to_string().len() > MAX_INPUT_BYTES
+}
+
 /// A CLI status word in the bridge's spelling.
 pub fn status(native: &str) -> &'static str {
     match native {
@@ -159,9 +179,10 @@ impl Items {
         open.sort_by_key(|(n, _)| *n);
         open.into_iter()
             .map(|(n, item)| match item {
-                Item::Command(command) => {
-                    (COMMAND_FINISHED, serde_json::json!({ "item": n, "command": command, "status": "interrupted" }))
-                }
+                Item::Command(command) => (
+                    COMMAND_FINISHED,
+                    serde_json::json!({ "item": n, "command": clip(&command, 4000), "status": "interrupted" }),
+                ),
                 Item::FileChange(changes) => (
                     FILE_CHANGE_FINISHED,
                     serde_json::json!({ "item": n, "status": "interrupted", "changes": changes }),

@@ -211,17 +211,22 @@ impl Agent {
 
     fn approval(&mut self, what: &str) -> i32 {
         let id = self.new_id();
-        emit(&FromChild::Approval {
-            id: id.clone(),
-            payload: json!({
-                "category": "command",
-                "title": format!("Run `{what}`"),
-                "command_display": what,
-                "reason": "the fake runtime asks before every command",
-                "relative_cwd": ".",
-                "available_decisions": ["approve_once", "approve_session", "deny", "cancel_task"],
-            }),
+        // Shown like a real CLI's request: the title and the display clipped, the whole
+        // command kept for the approver when they are.
+        let mut payload = json!({
+            "category": "command",
+            "title": format!("Run `{}`", super::io::clip(what, 200)),
+            "command_display": super::io::clip(what, 4000),
+            "reason": "the fake runtime asks before every command",
+            "relative_cwd": ".",
+            "available_decisions": ["approve_once", "approve_session", "deny", "cancel_task"],
         });
+        if what.len() > 4000
+            && let Some(map) = payload.as_object_mut()
+        {
+            super::events::keep_full_text(map, what);
+        }
+        emit(&FromChild::Approval { id: id.clone(), payload });
         match self.await_answer(&id) {
             Ok(ToChild::Decision { decision, .. }) => match decision.as_str() {
                 "approve_once" | "approve_session" => {

@@ -142,8 +142,56 @@ pub fn clip_tail(s: &str, max: usize) -> String {
     format!("…{}", &s[start..])
 }
 
+/// `text` with every absolute path's directories replaced by `<host-path>` (its file name
+/// stays: `/opt/x/bin/codex: not found` → `<host-path>/codex: not found`), for the details a
+/// probe gives callers, who must never learn host paths. A path starts with `/` at the start
+/// of the text or after a space, a quote, a bracket, `=` or `,`; a URL's `//` is left alone.
+pub fn without_host_paths(text: &str) -> String {
+    let is_path_char = |c: char| c.is_alphanumeric() || matches!(c, '/' | '_' | '-' | '.' | '+' | '@' | '~');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut previous: Option<char> = None;
+    while let Some(c) = rest.chars().next() {
+        let starts_path = c == '/'
+            && previous.is_none_or(|p| p.is_whitespace() || matches!(p, '"' | '\'' | '`' | '(' | '[' | '=' | ','));
+        if starts_path {
+            let end = rest.find(|ch: char| !is_path_char(ch)).unwrap_or(rest.len());
+            let path = &rest[..end];
+            let name = path.rsplit('/').next().unwrap_or("");
+            if path.len() > 1 {
+                out.push_str("<host-path>/");
+                out.push_str(name);
+            } else {
+                out.push_str(path);
+            }
+            previous = path.chars().next_back();
+            rest = &rest[end..];
+        } else {
+            out.push(c);
+            previous = Some(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn host_paths_leave_only_their_file_name() {
+        use super::without_host_paths as w;
+        assert_eq!(w("/opt/tools/bin/codex: No such file"), "<host-path>/codex: No such file");
+        assert_eq!(w("`/home/u/.local/bin/claude --version` failed: x"), "`<host-path>/claude --version` failed: x");
+        assert_eq!(
+            w("cannot run /usr/bin/codex (PATH=/usr/bin,/bin)"),
+            "cannot run <host-path>/codex (PATH=<host-path>/bin,<host-path>/bin)"
+        );
+        assert_eq!(w("see https://example.com/a/b and a/b"), "see https://example.com/a/b and a/b");
+        assert_eq!(w("ratio 1/2, root /"), "ratio 1/2, root /");
+        assert_eq!(w("é /ü/ß"), "é <host-path>/ß");
+        assert_eq!(w(""), "");
+    }
+
     use super::*;
     use proptest::prelude::*;
 

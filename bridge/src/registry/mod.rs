@@ -163,7 +163,11 @@ impl Registry {
     pub async fn call(&self, params: CallParams, peer: &Peer) -> Result<Value, ToolError> {
         let started = Instant::now();
         let services = &self.services;
-        let client_name = params.client.as_ref().map(|c| c.name.chars().take(64).collect::<String>());
+        // The client's self-reported name and version, in the safe shape the audit writer gives it.
+        let client_name = params.client.as_ref().map(|c| match &c.version {
+            Some(v) => format!("{}/{}", c.name, v),
+            None => c.name.clone(),
+        });
         // Caller-supplied strings reach the audit log only in a harmless shape.
         let capability_name: String =
             params.name.chars().filter(|c| c.is_ascii_alphanumeric() || "_-.".contains(*c)).take(64).collect();
@@ -191,12 +195,25 @@ impl Registry {
                 .filter(|id| crate::ids::looks_like(id, "pln_"))
                 .map(str::to_owned),
             client_name,
+            count: 1,
         };
         // A task process's attempt is audited under its task, whatever it claims.
-        if let Some(task) = peer.in_task.as_ref().and_then(|o| o.task_id.clone()) {
-            row.task_id = Some(task).filter(|id| crate::ids::looks_like(id, "agt_"));
+        let peer_task =
+            peer.in_task.as_ref().and_then(|o| o.task_id.clone()).filter(|id| crate::ids::looks_like(id, "agt_"));
+        if peer_task.is_some() {
+            row.task_id = peer_task.clone();
         }
         let outcome = self.call_inner(params, peer, &mut row).await;
+        // A row of a call that failed authentication is coalesced by its source (see
+        // `audit`): only what the bridge decided may name it, so a name no capability has
+        // becomes `*`, and the task is the refused task process's own, never an argument.
+        if audit::is_flood_row(&row) {
+            if !self.capabilities.iter().any(|c| c.meta.name == row.capability) {
+                row.capability = "*".into();
+            }
+            row.task_id = peer_task;
+            row.plan_id = None;
+        }
         row.duration_us = started.elapsed().as_micros().min(i64::MAX as u128) as i64;
         let key_id = match &outcome {
             Ok((value, key_id)) => {

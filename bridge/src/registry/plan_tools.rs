@@ -32,6 +32,7 @@ struct StepArg {
 #[serde(deny_unknown_fields)]
 struct SubmitPlanArgs {
     /// The workdir alias, from `list_workdirs`.
+    #[schemars(length(max = 64))]
     workdir: String,
     /// The agent runtime every step runs on: `codex`, `claude` (or `fake` for tests).
     runtime: RuntimeArg,
@@ -51,6 +52,7 @@ struct SubmitPlanArgs {
     #[schemars(length(min = 1, max = 256))]
     idempotency_key: Option<String>,
     /// Your own opaque label, echoed back and given to every step's task.
+    #[schemars(length(max = 256))]
     correlation_id: Option<String>,
 }
 
@@ -58,6 +60,7 @@ struct SubmitPlanArgs {
 #[serde(deny_unknown_fields)]
 struct PlanArgs {
     /// The plan id (`pln_…`).
+    #[schemars(length(max = 64))]
     plan_id: String,
 }
 
@@ -65,6 +68,7 @@ struct PlanArgs {
 #[serde(deny_unknown_fields)]
 struct RejectArgs {
     /// The plan id (`pln_…`).
+    #[schemars(length(max = 64))]
     plan_id: String,
     /// Why: kept with the plan and shown to its owner.
     #[schemars(length(max = 1000))]
@@ -95,6 +99,7 @@ struct ListPlansArgs {
     /// Only plans in this state.
     status: Option<PlanStatusArg>,
     /// Only plans of this owner.
+    #[schemars(length(max = 64))]
     owner: Option<String>,
     /// At most this many plans.
     #[serde(default = "default_limit")]
@@ -262,6 +267,7 @@ pub(super) fn all() -> Vec<Capability> {
                     "token": secret,
                     "expires_at": crate::clock::rfc3339(row.expires_at),
                     "login_url": url,
+                    "board_socket": ctx.services.config.board_socket,
                 }))
             },
         ),

@@ -71,6 +71,7 @@ struct SubmitArgs {
     /// The agent runtime to run: `codex`, `claude` (or `fake` for tests).
     runtime: RuntimeArg,
     /// The workdir alias, from `list_workdirs`.
+    #[schemars(length(max = 64))]
     workdir: String,
     /// One narrow objective for the agent: what to change, where to stop, what evidence to return.
     #[schemars(length(min = 1))]
@@ -84,8 +85,10 @@ struct SubmitArgs {
     /// A model id from `list_agent_models` (default: the runtime's own default).
     model: Option<String>,
     /// Continue the session of this finished task (same runtime and workdir).
+    #[schemars(length(max = 64))]
     continue_from_task_id: Option<String>,
     /// Your own opaque label, echoed back; not unique, never used for retries.
+    #[schemars(length(max = 256))]
     correlation_id: Option<String>,
     /// A fresh key per objective; retry an uncertain submission with the same key and you get the same task.
     #[schemars(length(min = 1, max = 256))]
@@ -96,6 +99,7 @@ struct SubmitArgs {
 #[serde(deny_unknown_fields)]
 struct TaskArgs {
     /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
     task_id: String,
 }
 
@@ -103,11 +107,16 @@ struct TaskArgs {
 #[serde(deny_unknown_fields)]
 struct GetTaskArgs {
     /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
     task_id: String,
     /// Wait up to this many seconds for the status or the pending request to change.
     #[serde(default)]
     #[schemars(range(min = 0, max = 25))]
     wait_seconds: u32,
+    /// Include the pending request's whole text (`full_text`) when its display was clipped
+    /// (`clipped: true`): read it before you approve.
+    #[serde(default)]
+    full_request: bool,
 }
 
 fn default_event_limit() -> u32 {
@@ -118,6 +127,7 @@ fn default_event_limit() -> u32 {
 #[serde(deny_unknown_fields)]
 struct EventsArgs {
     /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
     task_id: String,
     /// Return events after this cursor (`next_after_event_id` of the previous page).
     #[serde(default)]
@@ -136,6 +146,7 @@ fn default_chunk() -> u32 {
 #[serde(deny_unknown_fields)]
 struct ResultArgs {
     /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
     task_id: String,
     /// Byte offset to read from (`next_offset_bytes` of the previous chunk).
     #[serde(default)]
@@ -170,12 +181,15 @@ impl DecisionArg {
 #[serde(deny_unknown_fields)]
 struct ApprovalArgs {
     /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
     task_id: String,
     /// The pending request's id (`req_…`).
+    #[schemars(length(max = 64))]
     request_id: String,
     /// `approve_once`, `approve_session`, `deny`, or `cancel_task` (deny and cancel the whole task).
     decision: DecisionArg,
     /// For permission requests: the requested permission ids you grant.
+    #[schemars(length(max = 64), inner(length(max = 128)))]
     granted_permission_ids: Option<Vec<String>>,
 }
 
@@ -183,9 +197,11 @@ struct ApprovalArgs {
 #[serde(deny_unknown_fields)]
 struct AnswerArg {
     /// The question's id.
+    #[schemars(length(max = 64))]
     question_id: String,
     /// The chosen option ids.
     #[serde(default)]
+    #[schemars(length(max = 64), inner(length(max = 128)))]
     selected_option_ids: Vec<String>,
     /// Free text, where the question allows it.
     text: Option<String>,
@@ -195,8 +211,10 @@ struct AnswerArg {
 #[serde(deny_unknown_fields)]
 struct QuestionArgs {
     /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
     task_id: String,
     /// The pending request's id (`req_…`).
+    #[schemars(length(max = 64))]
     request_id: String,
     /// One answer per question.
     #[schemars(length(min = 1, max = 10))]
@@ -207,6 +225,7 @@ struct QuestionArgs {
 #[serde(deny_unknown_fields)]
 struct MessageArgs {
     /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
     task_id: String,
     /// Guidance for the running agent.
     #[schemars(length(min = 1))]
@@ -237,12 +256,15 @@ struct ListTasksArgs {
     /// Only tasks in this state.
     status: Option<StatusArg>,
     /// Only tasks in this workdir.
+    #[schemars(length(max = 64))]
     workdir: Option<String>,
     /// Only tasks of this runtime.
     runtime: Option<RuntimeArg>,
     /// Only tasks of this principal.
+    #[schemars(length(max = 64))]
     owner: Option<String>,
     /// Page cursor: tasks created before this one.
+    #[schemars(length(max = 64))]
     before_task_id: Option<String>,
     /// At most this many tasks.
     #[serde(default = "default_list_limit")]
@@ -263,12 +285,15 @@ enum OutcomeArg {
 #[serde(deny_unknown_fields)]
 struct AuditArgs {
     /// Only rows of this principal.
+    #[schemars(length(max = 64))]
     principal: Option<String>,
     /// Only rows of this capability.
+    #[schemars(length(max = 64))]
     capability: Option<String>,
     /// Only rows with this outcome.
     outcome: Option<OutcomeArg>,
     /// Only rows about this task.
+    #[schemars(length(max = 64))]
     task_id: Option<String>,
     /// Page cursor: rows older than this id.
     before_audit_id: Option<u64>,
@@ -309,6 +334,7 @@ struct RevokeKeyArgs {
 #[serde(deny_unknown_fields)]
 struct ClearGuardArgs {
     /// The workdir alias whose guard to remove.
+    #[schemars(length(max = 64))]
     workdir: String,
     /// Must be true: you have checked that no process of the guard's task still runs.
     force: bool,
@@ -449,7 +475,7 @@ pub(super) fn all() -> Vec<Capability> {
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: GetTaskArgs| async move {
-                tasks(&ctx).get(&ctx.principal, &a.task_id, u64::from(a.wait_seconds)).await
+                tasks(&ctx).get(&ctx.principal, &a.task_id, u64::from(a.wait_seconds), a.full_request).await
             },
         ),
         Capability::new(
@@ -563,7 +589,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "admin_read_audit_log",
                 Scope::Read,
                 Role::Admin,
-                "Reads the audit log (one row per call, denials included), newest first, with filters and a page cursor.",
+                "Reads the audit log (a row per call, denials included; unauthenticated calls counted per minute), newest first, with filters and a page cursor.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: AuditArgs| async move {
@@ -600,6 +626,7 @@ pub(super) fn all() -> Vec<Capability> {
                             "task_id": r.task_id,
                             "plan_id": r.plan_id,
                             "client": r.client_name,
+                            "count": r.count,
                         })
                     })
                     .collect();

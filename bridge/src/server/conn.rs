@@ -1,6 +1,10 @@
 //! One connection: peer credentials checked before anything is read, then one request per
 //! line, answered in order. A malformed line is answered and the connection stays usable; a
-//! line over 1 MiB is answered and the connection is closed (its rest cannot be trusted).
+//! line over 1 MiB, or one not whole within the line bound of its first byte, is answered and
+//! the connection is closed (its rest cannot be trusted), and so is one that leaves an answer
+//! unread past the write bound. An idle connection closes silently after the idle bound or
+//! when a newcomer displaces it (a pooled client reconnects); one displaced mid-line is
+//! answered `BRIDGE_BUSY`.
 
 use std::sync::Arc;
 
@@ -9,16 +13,37 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
-use super::PeerPolicy;
+use super::slots::{Slot, State};
+use super::{PeerPolicy, SocketLimits};
 use crate::error::ToolError;
 use crate::registry::Registry;
 use crate::registry::auth::Peer;
 use bridge_proto::envelope::{ErrorBody, Request, Response};
-use bridge_proto::framing::{Line, read_line};
+use bridge_proto::framing::{Line, LineBounds, Timed, read_line_timed};
 use bridge_proto::methods::{self, CallParams, HealthParams, ListParams};
 use bridge_proto::{MAX_LINE_BYTES, codes};
 
-pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: PeerPolicy, stop: CancellationToken) {
+pub(super) async fn handle(
+    stream: UnixStream,
+    registry: Arc<Registry>,
+    policy: PeerPolicy,
+    stop: CancellationToken,
+    slot: Slot,
+    limits: SocketLimits,
+) {
+    serve(stream, &registry, policy, &stop, &slot, limits).await;
+    // The place in the table is freed only once the connection's descriptor is closed.
+    drop(slot);
+}
+
+async fn serve(
+    stream: UnixStream,
+    registry: &Arc<Registry>,
+    policy: PeerPolicy,
+    stop: &CancellationToken,
+    slot: &Slot,
+    limits: SocketLimits,
+) {
     let cred = match stream.peer_cred() {
         Ok(cred) => cred,
         Err(e) => {
@@ -55,29 +80,63 @@ pub(super) async fn handle(stream: UnixStream, registry: Arc<Registry>, policy: 
     }
     let mut reader = BufReader::new(read);
     let mut buf = Vec::new();
+    let bounds = LineBounds { idle: limits.idle, line: limits.line };
     loop {
+        if !slot.set(State::Idle) {
+            return;
+        }
+        let read = read_line_timed(&mut reader, &mut buf, MAX_LINE_BYTES, bounds, || {
+            slot.set(State::Reading);
+        });
         let line = tokio::select! {
-            line = read_line(&mut reader, &mut buf, MAX_LINE_BYTES) => line,
+            line = read => line,
+            _ = slot.evicted() => {
+                if slot.state() == State::Reading {
+                    let _ = tokio::time::timeout(limits.write, write.write_all(&displaced().to_line())).await;
+                }
+                return;
+            }
             _ = stop.cancelled() => return,
         };
         let (response, close) = match line {
-            Ok(Line::Complete) => (answer(&registry, &buf, &peer).await, false),
-            Ok(Line::TooLong) => (
-                Response::Err {
-                    request_id: None,
-                    error: ErrorBody::new(
-                        codes::REQUEST_TOO_LARGE,
-                        format!("request lines are limited to {MAX_LINE_BYTES} bytes"),
-                    ),
-                },
+            Ok(Timed::Line(Line::Complete)) if slot.set(State::Busy) => (answer(registry, &buf, &peer).await, false),
+            Ok(Timed::Line(Line::Complete)) => (displaced(), true),
+            Ok(Timed::Line(Line::TooLong)) => (
+                refusal(codes::REQUEST_TOO_LARGE, format!("request lines are limited to {MAX_LINE_BYTES} bytes")),
                 true,
             ),
-            Ok(Line::Eof | Line::Truncated) | Err(_) => return,
+            Ok(Timed::Slow) => (
+                refusal(
+                    codes::REQUEST_TIMED_OUT,
+                    format!(
+                        "a request line must arrive whole within {} s of its first byte",
+                        limits.line.as_secs_f64()
+                    ),
+                ),
+                true,
+            ),
+            Ok(Timed::Idle) => {
+                tracing::debug!(idle_seconds = limits.idle.as_secs(), "closing an idle connection");
+                return;
+            }
+            Ok(Timed::Line(Line::Eof | Line::Truncated)) | Err(_) => return,
         };
-        if write.write_all(&response.to_line()).await.is_err() || close {
+        // A client that leaves its answer unread holds the connection no longer than the bound.
+        let sent = tokio::time::timeout(limits.write, write.write_all(&response.to_line())).await;
+        if !matches!(sent, Ok(Ok(()))) || close {
             return;
         }
     }
+}
+
+/// The answer to a connection displaced mid-line by a newcomer at the cap.
+fn displaced() -> Response {
+    refusal(codes::BRIDGE_BUSY, "the bridge needed this connection for another client; try again")
+}
+
+/// An error line that answers no particular request.
+fn refusal(code: &str, message: impl Into<String>) -> Response {
+    Response::Err { request_id: None, error: ErrorBody::new(code, message) }
 }
 
 async fn answer(registry: &Registry, line: &[u8], peer: &Peer) -> Response {
@@ -112,6 +171,7 @@ async fn dispatch(registry: &Registry, request: Request, peer: &Peer) -> Result<
                 "version": env!("CARGO_PKG_VERSION"),
                 "protocol_version": bridge_proto::PROTOCOL_VERSION,
                 "active_tasks": tasks.active_count(),
+                "watched_tasks": tasks.watched(),
                 "containment": tasks.providers().containment().caller_json(),
             }))
         }
@@ -127,5 +187,54 @@ async fn dispatch(registry: &Registry, request: Request, peer: &Peer) -> Result<
             codes::METHOD_NOT_FOUND,
             format!("unknown method {:?}", other.chars().take(64).collect::<String>()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncWriteExt, BufReader};
+
+    use super::*;
+
+    const BOUNDS: LineBounds = LineBounds { idle: Duration::from_secs(600), line: Duration::from_secs(10) };
+
+    /// Writes `parts`, each after its pause, on one end of a pipe; reads one line on the other.
+    async fn read_after(parts: &'static [(u64, &'static [u8])]) -> (Timed, Vec<u8>, bool) {
+        let (client, server) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            let mut client = client;
+            for (pause, bytes) in parts {
+                tokio::time::sleep(Duration::from_secs(*pause)).await;
+                client.write_all(bytes).await.unwrap();
+            }
+            // Held open: the reader's bounds, not an end of stream, decide.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        });
+        let (mut reader, mut buf, mut started) = (BufReader::new(server), Vec::new(), false);
+        let line = read_line_timed(&mut reader, &mut buf, 1024, BOUNDS, || started = true).await.unwrap();
+        writer.abort();
+        (line, buf, started)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_wait_below_the_bound_then_a_prompt_line_is_read() {
+        let (line, buf, started) = read_after(&[(599, b"{\"a\":"), (9, b"1}\n")]).await;
+        assert_eq!((line, buf.as_slice(), started), (Timed::Line(Line::Complete), &b"{\"a\":1}"[..], true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_line_that_stalls_past_the_bound_is_slow() {
+        let (line, buf, started) = read_after(&[(5, b"{\"a\":"), (11, b"1}\n")]).await;
+        assert_eq!((line, buf.as_slice(), started), (Timed::Slow, &b"{\"a\":"[..], true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_silent_past_the_idle_bound_is_idle() {
+        let before = tokio::time::Instant::now();
+        let (line, _, started) = read_after(&[(601, b"late\n")]).await;
+        assert_eq!((line, started), (Timed::Idle, false));
+        assert_eq!(before.elapsed(), Duration::from_secs(600));
     }
 }

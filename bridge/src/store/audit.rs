@@ -1,4 +1,6 @@
-//! Audit rows: one per capability call, written in batches by the audit writer.
+//! Audit rows: one per capability call, written in batches by the audit writer; the calls
+//! that failed authentication are coalesced into one row per source and minute with a count
+//! (see `registry::audit`). Rows older than the audit retention are deleted in bounded batches.
 
 use rusqlite::params;
 
@@ -31,8 +33,10 @@ pub struct AuditRow {
     pub task_id: Option<String>,
     /// The plan the call concerned.
     pub plan_id: Option<String>,
-    /// The client's self-reported name.
+    /// The client's self-reported name (and version), in a safe shape.
     pub client_name: Option<String>,
+    /// How many calls this row stands for: 1, or more for a coalesced row.
+    pub count: i64,
 }
 
 /// Filters for [`Store::read_audit`].
@@ -49,23 +53,67 @@ pub struct AuditFilter {
 }
 
 const COLUMNS: &str = "audit_id, at, surface, principal, role, capability, scope, outcome, error_code, \
-    duration_us, task_id, plan_id, client_name";
+    duration_us, task_id, plan_id, client_name, call_count";
+
+const INSERT: &str = "INSERT INTO audit_log (at, surface, principal, role, capability, scope, outcome, error_code, \
+    duration_us, task_id, plan_id, client_name, call_count, coalesce_key) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
 impl Store {
     /// Inserts a batch of audit rows in one transaction (one fsync for the whole batch).
     pub fn insert_audit(&self, rows: &[AuditRow]) -> Result<(), StoreError> {
+        let rows: Vec<(Option<String>, AuditRow)> = rows.iter().map(|r| (None, r.clone())).collect();
+        self.write_audit(&rows)
+    }
+
+    /// Writes `rows` in order, in one transaction. A row with a coalescing key whose key
+    /// already has a row adds its count to that row (and keeps the longer duration); otherwise
+    /// it becomes that key's row. A row without a key is inserted as it is.
+    pub fn write_audit(&self, rows: &[(Option<String>, AuditRow)]) -> Result<(), StoreError> {
         self.write(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO audit_log (at, surface, principal, role, capability, scope, outcome, error_code, \
-                 duration_us, task_id, plan_id, client_name) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?;
-            for r in rows {
+            let upsert = format!(
+                "{INSERT} ON CONFLICT(coalesce_key) WHERE coalesce_key IS NOT NULL DO UPDATE SET \
+                 call_count = call_count + excluded.call_count, duration_us = max(duration_us, excluded.duration_us)"
+            );
+            for (key, r) in rows {
+                let mut stmt = tx.prepare_cached(if key.is_some() { &upsert } else { INSERT })?;
                 stmt.execute(params![
-                    r.at, r.surface, r.principal, r.role, r.capability, r.scope, r.outcome, r.error_code,
-                    r.duration_us, r.task_id, r.plan_id, r.client_name
+                    r.at,
+                    r.surface,
+                    r.principal,
+                    r.role,
+                    r.capability,
+                    r.scope,
+                    r.outcome,
+                    r.error_code,
+                    r.duration_us,
+                    r.task_id,
+                    r.plan_id,
+                    r.client_name,
+                    r.count.max(1),
+                    key
                 ])?;
             }
             Ok(())
+        })
+    }
+
+    /// Deletes at most `limit` audit rows older than `cutoff` (Unix ms), oldest first, in one
+    /// short transaction; returns how many went. A pass with nothing to do takes no write lock.
+    pub fn delete_audit_before(&self, cutoff: i64, limit: u32) -> Result<usize, StoreError> {
+        let due: bool = self.read(|c| {
+            Ok(c.prepare_cached("SELECT EXISTS (SELECT 1 FROM audit_log WHERE at < ?1)")?
+                .query_row([cutoff], |r| r.get(0))?)
+        })?;
+        if !due {
+            return Ok(0);
+        }
+        self.write(|tx| {
+            Ok(tx.execute(
+                "DELETE FROM audit_log WHERE audit_id IN \
+                 (SELECT audit_id FROM audit_log WHERE at < ?1 ORDER BY at LIMIT ?2)",
+                params![cutoff, limit],
+            )?)
         })
     }
 
@@ -111,6 +159,7 @@ impl Store {
                     task_id: r.get(10)?,
                     plan_id: r.get(11)?,
                     client_name: r.get(12)?,
+                    count: r.get(13)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -206,8 +206,19 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // A bounded page cache per connection (the default is 2 MiB): with the writer and up to
+    // eight pooled readers the store's memory stays bounded however large the file grows.
+    conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
+    // And one bound for all of SQLite's memory in the process: past it, pages are recycled
+    // rather than more memory taken (a soft limit: a statement never fails for it).
+    conn.pragma_update(None, "soft_heap_limit", SQLITE_HEAP_BYTES)?;
     Ok(conn)
 }
+
+/// Each connection's page cache, in KiB.
+const PAGE_CACHE_KIB: i64 = 512;
+/// The soft bound on SQLite's heap, all connections together.
+const SQLITE_HEAP_BYTES: i64 = 4 * 1024 * 1024;
 
 fn ensure_private_dir(dir: &Path) -> Result<(), StoreError> {
     crate::files::ensure_private_dir(dir).map_err(StoreError::Files)

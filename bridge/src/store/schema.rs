@@ -183,8 +183,21 @@ CREATE TABLE board_tokens (
 );
 "#;
 
+/// Migration 5 (issue 11 §3): audit rows under floods.
+///
+/// `call_count` is how many calls a row stands for: 1 for every row written before (each was
+/// one call), more for a coalesced row of unauthenticated calls. `coalesce_key` names such a
+/// row's source and minute (see `registry::audit`) so later calls of the same minute add to
+/// it with an UPSERT; it is NULL for every other row, and the partial unique index allows any
+/// number of NULLs. Purely additive: no existing row changes meaning.
+const V5_AUDIT_COUNTS: &str = r#"
+ALTER TABLE audit_log ADD COLUMN call_count INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE audit_log ADD COLUMN coalesce_key TEXT;
+CREATE UNIQUE INDEX audit_by_coalesce_key ON audit_log(coalesce_key) WHERE coalesce_key IS NOT NULL;
+"#;
+
 /// Every migration, in order; `user_version` is the number applied.
-pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS];
+pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS];
 
 /// Applies the missing migrations in one exclusive transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

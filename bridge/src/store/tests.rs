@@ -308,3 +308,103 @@ fn a_first_schema_database_upgrades_in_place() {
     let store = Store::open(&state).unwrap();
     assert!(store.get_task("agt_new").unwrap().is_some());
 }
+
+fn audit_row(at: i64, capability: &str) -> super::audit::AuditRow {
+    super::audit::AuditRow {
+        audit_id: 0,
+        at,
+        surface: "mcp".into(),
+        principal: None,
+        role: None,
+        capability: capability.into(),
+        scope: None,
+        outcome: "denied".into(),
+        error_code: Some("UNAUTHENTICATED".into()),
+        duration_us: 7,
+        task_id: None,
+        plan_id: None,
+        client_name: None,
+        count: 1,
+    }
+}
+
+/// A database from before the audit counts (schema 4, with audit rows) upgrades in place:
+/// every old row is kept, and each counts as one call.
+#[test]
+fn a_database_from_before_audit_counts_keeps_its_rows_at_count_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    crate::files::ensure_private_dir(&state).unwrap();
+    let path = state.join(DB_FILE);
+    {
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut conn = Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, 4).unwrap();
+        for (at, capability) in [(1, "whoami"), (2, "submit_agent_task"), (3, "whoami")] {
+            conn.execute(
+                "INSERT INTO audit_log (at, surface, principal, capability, outcome, duration_us, client_name) \
+                 VALUES (?1, 'mcp', 'alice', ?2, 'ok', 5, 'old-client')",
+                params![at, capability],
+            )
+            .unwrap();
+        }
+    }
+    let store = Store::open(&state).unwrap();
+    let v: i64 = store.read(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(v, schema::MIGRATIONS.len() as i64);
+    let rows = store.read_audit(&Default::default(), None, 10).unwrap();
+    let seen: Vec<(i64, &str, Option<&str>, i64)> =
+        rows.iter().map(|r| (r.at, r.capability.as_str(), r.client_name.as_deref(), r.count)).collect();
+    assert_eq!(
+        seen,
+        [
+            (3, "whoami", Some("old-client"), 1),
+            (2, "submit_agent_task", Some("old-client"), 1),
+            (1, "whoami", Some("old-client"), 1)
+        ]
+    );
+    // Coalescing works on the upgraded table at once.
+    store.write_audit(&[(Some("k".into()), audit_row(4, "whoami"))]).unwrap();
+    drop(store);
+    let store = Store::open(&state).unwrap();
+    assert_eq!(
+        store.read_audit(&Default::default(), None, 10).unwrap().len(),
+        4,
+        "opening again applies nothing twice"
+    );
+}
+
+/// Coalesced rows with one key are one row whose count is the sum; other keys and plain
+/// rows stay apart.
+#[test]
+fn coalesced_audit_rows_add_up_under_their_key() {
+    let (_dir, store) = open();
+    let mut long = audit_row(10, "whoami");
+    long.duration_us = 99;
+    let mut three = audit_row(11, "whoami");
+    three.count = 3;
+    let key = |k: &str| Some(k.to_owned());
+    store.write_audit(&[(None, audit_row(5, "plain")), (key("m1|whoami"), audit_row(10, "whoami"))]).unwrap();
+    store.write_audit(&[(key("m1|whoami"), three), (key("m1|*"), audit_row(12, "*"))]).unwrap();
+    store.write_audit(&[(key("m1|whoami"), long), (None, audit_row(13, "plain"))]).unwrap();
+    let rows = store.read_audit(&Default::default(), None, 10).unwrap();
+    let seen: Vec<(&str, i64, i64, i64)> =
+        rows.iter().map(|r| (r.capability.as_str(), r.at, r.count, r.duration_us)).collect();
+    assert_eq!(seen, [("plain", 13, 1, 7), ("*", 12, 1, 7), ("whoami", 10, 5, 99), ("plain", 5, 1, 7)]);
+}
+
+/// Audit retention deletes rows older than the cutoff, in batches of the given size, and
+/// keeps younger ones.
+#[test]
+fn audit_retention_deletes_old_rows_in_batches() {
+    let (_dir, store) = open();
+    let rows: Vec<_> = (0..25).map(|at| audit_row(at, "whoami")).collect();
+    store.insert_audit(&rows).unwrap();
+    assert_eq!(store.delete_audit_before(20, 8).unwrap(), 8, "one bounded batch");
+    assert_eq!(store.delete_audit_before(20, 8).unwrap(), 8);
+    assert_eq!(store.delete_audit_before(20, 8).unwrap(), 4, "the rest of the old rows");
+    assert_eq!(store.delete_audit_before(20, 8).unwrap(), 0, "nothing left to do");
+    let kept: Vec<i64> = store.read_audit(&Default::default(), None, 100).unwrap().iter().map(|r| r.at).collect();
+    assert_eq!(kept, [24, 23, 22, 21, 20]);
+}

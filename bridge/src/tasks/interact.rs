@@ -48,6 +48,20 @@ pub fn normalize_approval(payload: &mut Value) -> Result<(), String> {
         }
         Some(_) => return Err("available_decisions must be a list".into()),
     }
+    // What the approver sees is what is approved: a request clipped for display keeps its
+    // whole text; one whose whole text could not be kept is never approved for the session.
+    let clipped = map.get("clipped").and_then(Value::as_bool).unwrap_or(false);
+    let complete = map.get("full_text_complete").and_then(Value::as_bool).unwrap_or(false)
+        && map.get("full_text").is_some_and(Value::is_string);
+    if clipped && !complete {
+        map.insert("full_text_complete".into(), json!(false));
+        if let Some(Value::Array(list)) = map.get_mut("available_decisions") {
+            list.retain(|d| d.as_str() != Some("approve_session"));
+            if list.is_empty() {
+                return Err("available_decisions must list known decisions".into());
+            }
+        }
+    }
     if let Some(perms) = map.get("requested_permissions") {
         let ok = perms
             .as_array()

@@ -151,7 +151,7 @@ impl TaskService {
     /// fires first or the task no longer exists. (A re-read every minute is the only timer,
     /// a safety net for a change nobody announced.)
     pub async fn wait_terminal(&self, task_id: &str, stop: &CancellationToken) -> Result<Option<TaskRow>, ToolError> {
-        let mut changes = self.inner.changes.subscribe(task_id);
+        let mut changes = self.inner.changes.watch(task_id);
         loop {
             let id = task_id.to_owned();
             let Some(row) = self.inner.store.call(move |s| s.get_task(&id)).await? else { return Ok(None) };
@@ -159,9 +159,7 @@ impl TaskService {
                 return Ok(Some(row));
             }
             tokio::select! {
-                changed = changes.changed() => if changed.is_err() {
-                    changes = self.inner.changes.subscribe(task_id);
-                },
+                _ = changes.changed() => {}
                 _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
                 _ = stop.cancelled() => return Ok(None),
             }

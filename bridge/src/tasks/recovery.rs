@@ -120,8 +120,13 @@ pub fn guard_proof(guard: &GuardRow) -> Value {
     })
 }
 
+/// Audit rows deleted per transaction by retention.
+const AUDIT_BATCH: u32 = 1_000;
+/// The most retention batches of audit rows in one pass.
+const AUDIT_BATCHES: usize = 1_000;
+
 impl Inner {
-    /// Deletes terminal tasks past retention (and their spool files).
+    /// Deletes terminal tasks past retention (and their spool files), then old audit rows.
     pub(super) async fn collect_garbage(&self) {
         let cutoff = self.clock.now_ms() - (self.config.limits.retention_hours as i64).saturating_mul(3_600_000);
         match self.store.call(move |s| s.delete_expired(cutoff)).await {
@@ -134,6 +139,34 @@ impl Inner {
                 }
             }
             Err(e) => tracing::warn!(cause = %e, "retention pass failed"),
+        }
+        self.collect_audit().await;
+    }
+
+    /// Deletes audit rows older than the audit retention, [`AUDIT_BATCH`] rows per short
+    /// transaction so a huge table never holds the store's write lock for long; at most
+    /// [`AUDIT_BATCHES`] batches a pass (the next pass goes on).
+    async fn collect_audit(&self) {
+        let days = self.config.limits.audit_retention_days as i64;
+        let cutoff = self.clock.now_ms().saturating_sub(days.saturating_mul(86_400_000));
+        let mut total = 0;
+        for _ in 0..AUDIT_BATCHES {
+            match self.store.call(move |s| s.delete_audit_before(cutoff, AUDIT_BATCH)).await {
+                Ok(n) => {
+                    total += n;
+                    if n < AUDIT_BATCH as usize {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(cause = %e, "audit retention pass failed");
+                    break;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        if total > 0 {
+            tracing::info!(rows = total, days, "audit retention removed old rows");
         }
     }
 

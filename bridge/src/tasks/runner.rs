@@ -306,7 +306,7 @@ async fn refuse(
     why: String,
     commands: &mpsc::Sender<ProviderCommand>,
 ) {
-    tracing::warn!(task_id, "refused a provider request: {why}");
+    tracing::warn!(task_id, reason = ?why, "refused a provider request");
     record(inner, task_id, redactor, "provider.warning", json!({ "message": why }), false).await;
     let command = match kind {
         InteractionKind::Approval => {

@@ -89,7 +89,7 @@ pub fn event_view(e: &EventRow, correlation_id: Option<&str>) -> Value {
 impl TaskService {
     /// The task view, read in one trip to the store: the row, its pending interaction and the
     /// plan step it belongs to. Anything the principal may not see is `AGENT_TASK_NOT_FOUND`.
-    async fn view(&self, principal: &Principal, task_id: &str) -> Result<(TaskRow, Value), ToolError> {
+    async fn view(&self, principal: &Principal, task_id: &str, full: bool) -> Result<(TaskRow, Value), ToolError> {
         if !crate::ids::looks_like(task_id, "agt_") {
             return Err(ToolError::task_not_found());
         }
@@ -113,26 +113,40 @@ impl TaskService {
             return Err(ToolError::task_not_found());
         };
         let mut view = task_view(&row, pending.as_ref());
+        // A request clipped for display keeps its whole text; it is sent only when asked for.
+        // (`pointer_mut`, not indexing: indexing a null `pending_request` would create it.)
+        if !full && let Some(payload) = view.pointer_mut("/pending_request/payload").and_then(Value::as_object_mut) {
+            payload.remove("full_text");
+        }
         // A plan's step says so: its owner finds the plan from any of its tasks.
         view["plan"] = plan.map_or(Value::Null, |(plan_id, step)| json!({ "plan_id": plan_id, "step": step }));
         Ok((row, view))
     }
 
     /// `get_agent_task`; with `wait_seconds > 0` it returns as soon as the status or the
-    /// pending interaction changes, or when the wait is over.
-    pub async fn get(&self, principal: &Principal, task_id: &str, wait_seconds: u64) -> Result<Value, ToolError> {
+    /// pending interaction changes, or when the wait is over. Only a task the principal may
+    /// see is watched, and the watch ends with the call, however it ends. With `full`, a
+    /// pending request that was clipped for display carries its whole text (`full_text`).
+    pub async fn get(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        wait_seconds: u64,
+        full: bool,
+    ) -> Result<Value, ToolError> {
         let inner = &self.inner;
         if wait_seconds == 0 {
-            return Ok(self.view(principal, task_id).await?.1);
+            return Ok(self.view(principal, task_id, full).await?.1);
         }
-        let mut changes = inner.changes.subscribe(task_id);
-        let (row, mut view) = self.view(principal, task_id).await?;
+        inner.visible_task(principal, task_id).await?;
+        let mut changes = inner.changes.watch(task_id);
+        let (row, mut view) = self.view(principal, task_id, full).await?;
         if !row.status.is_terminal() {
             let baseline = (row.status, row.pending_request_id.clone());
             let until = tokio::time::Instant::now() + Duration::from_secs(wait_seconds.min(MAX_WAIT_SECONDS));
             loop {
                 tokio::select! {
-                    changed = changes.changed() => if changed.is_err() { break },
+                    changed = changes.changed() => if !changed { break },
                     _ = tokio::time::sleep_until(until) => break,
                     _ = inner.shutdown.cancelled() => break,
                 }
@@ -141,11 +155,14 @@ impl TaskService {
                     break;
                 }
             }
-            view = self.view(principal, task_id).await?.1;
+            view = self.view(principal, task_id, full).await?.1;
         }
-        drop(changes);
-        inner.changes.prune();
         Ok(view)
+    }
+
+    /// How many tasks are being long-polled right now (one feed per watched task).
+    pub fn watched(&self) -> usize {
+        self.inner.changes.watched()
     }
 
     /// `read_agent_task_events`: events after the cursor, oldest first.

@@ -171,6 +171,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
             interaction_timeout_seconds: 600,
             max_active_tasks: 2,
             retention_hours: 24,
+            audit_retention_days: 90,
             result_spool_threshold_bytes: 8_388_608,
             event_idle_timeout_seconds: Some(900),
         },
@@ -185,6 +186,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
         },
         claude: RuntimeBinary { bin: Some(home.join(".local/bin/claude")), home: Some(PathBuf::from("/opt/claude")) },
         board_addr: "[::1]:7000".parse()?,
+        board_socket: None,
         log_level: LogLevel::Debug,
         sandbox: crate::config::SandboxSettings::default(),
         config_file: None,
@@ -707,5 +709,32 @@ fn values_are_never_expanded() -> TestResult {
     }
     let report = fixture.load(&fixture.expand("$ALPHA\nWORKDIR_01_DESCRIPTION=costs ${PRICE} or $5\n"))?;
     assert_eq!(report.config.workdirs[0].description, "costs ${PRICE} or $5");
+    Ok(())
+}
+
+#[test]
+fn tunnel_mode_is_refused_on_loopback_unless_meant_and_never_admin() -> TestResult {
+    let fixture = Fixture::new()?;
+    #[rustfmt::skip]
+    let cases = [
+        ("SERVERFS_MCP_AUTH=none\nSERVERFS_MCP_LISTEN=127.0.0.1:8765\n", "SERVERFS_MCP_AUTH", "SERVERFS_MCP_TUNNEL_ALLOW_LOCAL=true"),
+        ("SERVERFS_MCP_AUTH=none\nSERVERFS_MCP_PUBLISH=127.0.0.1:8765\n", "SERVERFS_MCP_AUTH", "every local user"),
+        ("SERVERFS_MCP_AUTH=none\nSERVERFS_MCP_LISTEN=[::1]:8765\n", "SERVERFS_MCP_AUTH", "loopback"),
+        ("SERVERFS_MCP_TUNNEL_ROLE=admin\n", "SERVERFS_MCP_TUNNEL_ROLE", "at most operator"),
+        ("SERVERFS_MCP_TUNNEL_ROLE=Admin\nSERVERFS_MCP_AUTH=none\nSERVERFS_MCP_LISTEN=0.0.0.0:8765\n", "SERVERFS_MCP_TUNNEL_ROLE", "administrator"),
+        ("SERVERFS_MCP_TUNNEL_ALLOW_LOCAL=maybe\n", "SERVERFS_MCP_TUNNEL_ALLOW_LOCAL", "not a boolean"),
+    ];
+    assert_cases(&fixture, &cases);
+    for accepted in [
+        "SERVERFS_MCP_AUTH=none\nSERVERFS_MCP_LISTEN=127.0.0.1:8765\nSERVERFS_MCP_TUNNEL_ALLOW_LOCAL=true\n",
+        "SERVERFS_MCP_AUTH=none\nSERVERFS_MCP_LISTEN=0.0.0.0:8765\n",
+        // The front's own default bind is checked by the front itself, which knows it.
+        "SERVERFS_MCP_AUTH=none\n",
+        "SERVERFS_MCP_LISTEN=127.0.0.1:8765\n",
+    ] {
+        let text = fixture.expand(accepted);
+        let report = fixture.load(&text).map_err(|r| format!("refused:\n{text}\n{r}"))?;
+        assert!(report.config.mcp_auth.tunnel_role <= Role::Operator);
+    }
     Ok(())
 }

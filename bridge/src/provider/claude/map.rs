@@ -122,11 +122,17 @@ pub fn permission(request: &Value) -> Result<Permission, String> {
         "file_change" => {
             let path = file_path(&input).unwrap_or("");
             p.insert("file_changes".into(), json!([{ "path": path }]));
-            format!("{tool} {path}")
+            clip(&format!("{tool} {path}"), 200)
         }
-        _ => format!("Use {tool}"),
+        _ => clip(&format!("Use {tool}"), 200),
     };
     p.insert("title".into(), json!(title));
+    let command = (cat == "command").then(|| s(&input, "command").unwrap_or(""));
+    if command.is_some_and(|c| c.len() > 4000) || events::is_clipped(&input) {
+        // A command is approved for what it runs; any other tool for its whole input.
+        let whole = command.map_or_else(|| serde_json::to_string_pretty(&input).unwrap_or_default(), str::to_owned);
+        events::keep_full_text(&mut p, &whole);
+    }
     if let Some(reason) = s(request, "description").or_else(|| s(request, "decision_reason")) {
         p.insert("reason".into(), json!(clip(reason, 2000)));
     }
@@ -254,7 +260,7 @@ pub fn result_error(result: &Value) -> String {
     let detail = errors.first().copied().or_else(|| s(result, "result")).unwrap_or("");
     let subtype = s(result, "subtype").unwrap_or("error");
     if detail.is_empty() {
-        format!("claude ended the turn with {subtype}")
+        clip(&format!("claude ended the turn with {subtype}"), 2000)
     } else {
         clip(&format!("{subtype}: {detail}"), 2000)
     }

@@ -30,6 +30,8 @@ use crate::model::Profile;
 
 mod driver;
 pub mod map;
+#[cfg(test)]
+mod map_fuzz;
 
 /// The Claude Code runtime.
 #[derive(Debug, Clone)]

@@ -215,6 +215,15 @@ pub fn approval(method: &str, params: &Value, items: &Items) -> Option<Value> {
                 }
             }
             p.insert("available_decisions".into(), decisions(params));
+            let clipped_extra: Vec<String> = ["additionalPermissions", "networkApprovalContext"]
+                .iter()
+                .filter_map(|k| params.get(*k).filter(|v| events::is_clipped(v)))
+                .map(|v| serde_json::to_string_pretty(v).unwrap_or_default())
+                .collect();
+            if command.len() > 4000 || !clipped_extra.is_empty() {
+                let whole = std::iter::once(command.clone()).chain(clipped_extra).collect::<Vec<_>>().join("\n\n");
+                events::keep_full_text(&mut p, &whole);
+            }
         }
         FILE_APPROVAL => {
             let mut files: Vec<Value> = match items.get(s(params, "itemId").unwrap_or("")) {
@@ -238,6 +247,9 @@ pub fn approval(method: &str, params: &Value, items: &Items) -> Option<Value> {
                 .filter(|k| perms.get(**k).is_some_and(|v| !v.is_null()))
                 .map(|k| json!({ "permission_id": k, "kind": k, "details": events::bounded_value(&perms[*k]) }))
                 .collect();
+            if ["network", "fileSystem"].iter().any(|k| perms.get(*k).is_some_and(events::is_clipped)) {
+                events::keep_full_text(&mut p, &serde_json::to_string_pretty(&perms).unwrap_or_default());
+            }
             p.insert("category".into(), json!("provider_permission"));
             p.insert("title".into(), json!("Grant additional permissions"));
             p.insert("requested_permissions".into(), json!(requested));

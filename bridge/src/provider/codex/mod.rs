@@ -29,6 +29,8 @@ mod driver;
 #[cfg(test)]
 mod driver_tests;
 pub mod map;
+#[cfg(test)]
+mod map_fuzz;
 pub mod rpc;
 
 pub use driver::policy;
@@ -211,7 +213,7 @@ impl CodexRuntime {
     }
 
     async fn list(&self) -> Value {
-        let unavailable = |detail: String| json!({ "runtime": "codex", "status": "unavailable", "scope": "none", "models": [], "detail": detail });
+        let unavailable = |detail: String| json!({ "runtime": "codex", "status": "unavailable", "scope": "none", "models": [], "detail": super::io::without_host_paths(&detail) });
         let info = self.info().await;
         if !info.available {
             return unavailable(info.detail.unwrap_or_default());
