@@ -139,6 +139,17 @@ pub struct Limits {
     pub front_fd_slack: u64,
 }
 
+/// How long a level is averaged over: the idle connections come and go in waves (each server
+/// time-out closes a batch that reopens a moment later), and a process's RSS follows how many
+/// it holds, so one sample could land in a trough or on a crest.
+pub const LEVEL_WINDOW: Duration = Duration::from_secs(30);
+
+/// The mean of `f` over the samples taken in `[from, to)`; `None` when there are none.
+pub fn level(samples: &[Sample], from: Duration, to: Duration, f: impl Fn(&Sample) -> u64) -> Option<u64> {
+    let picked: Vec<u64> = samples.iter().filter(|s| s.at >= from && s.at < to).map(f).collect();
+    (!picked.is_empty()).then(|| picked.iter().sum::<u64>() / picked.len() as u64)
+}
+
 /// The reference sample: the first at or after `baseline`.
 pub fn reference(samples: &[Sample], baseline: Duration) -> Option<Sample> {
     samples.iter().find(|s| s.at >= baseline).copied()
@@ -190,8 +201,8 @@ pub fn verdict(tally: &Tally, samples: &[Sample], limits: &Limits, elapsed: Dura
         out,
         "\n{:<8} {:>14} {:>14} {:>8} {:>12} {:>10} {:>10} {:>8} {:>9}",
         "process",
-        format!("RSS@{}s KiB", base.at.as_secs()),
-        format!("RSS@{}s KiB", end.at.as_secs()),
+        format!("RSS {}-{}s", base.at.as_secs(), (base.at + LEVEL_WINDOW).as_secs()),
+        format!("RSS {}-{}s", end.at.saturating_sub(LEVEL_WINDOW).as_secs(), end.at.as_secs()),
         "ratio",
         "peak KiB",
         format!("fds@{}s", base.at.as_secs()),
@@ -199,22 +210,39 @@ pub fn verdict(tally: &Tally, samples: &[Sample], limits: &Limits, elapsed: Dura
         "peak",
         "fd slack"
     );
+    // RSS levels: means over a window after the reference time and over the run's last window.
+    let (from, last) = (base.at, end.at + Duration::from_millis(1));
+    let base_rss = |f: fn(&Sample) -> u64| level(samples, from, from + LEVEL_WINDOW, f).unwrap_or(0);
+    let end_rss = |f: fn(&Sample) -> u64| level(samples, last.saturating_sub(LEVEL_WINDOW), last, f).unwrap_or(0);
     let rows = [
-        ("bridge", base.bridge, end.bridge, peak(|s| s.bridge.rss_kib), peak(|s| s.bridge.fds), limits.bridge_fd_slack),
-        ("front", base.front, end.front, peak(|s| s.front.rss_kib), peak(|s| s.front.fds), limits.front_fd_slack),
+        (
+            "bridge",
+            (base_rss(|s| s.bridge.rss_kib), end_rss(|s| s.bridge.rss_kib)),
+            (base.bridge.fds, end.bridge.fds),
+            peak(|s| s.bridge.rss_kib),
+            peak(|s| s.bridge.fds),
+            limits.bridge_fd_slack,
+        ),
+        (
+            "front",
+            (base_rss(|s| s.front.rss_kib), end_rss(|s| s.front.rss_kib)),
+            (base.front.fds, end.front.fds),
+            peak(|s| s.front.rss_kib),
+            peak(|s| s.front.fds),
+            limits.front_fd_slack,
+        ),
     ];
-    for (name, base, end, rss_peak, fd_peak, slack) in rows {
-        let ratio = end.rss_kib as f64 / base.rss_kib.max(1) as f64;
+    for (name, (base_kib, end_kib), (base_fds, end_fds), rss_peak, fd_peak, slack) in rows {
+        let ratio = end_kib as f64 / base_kib.max(1) as f64;
         let _ = writeln!(
             out,
-            "{name:<8} {:>14} {:>14} {ratio:>8.3} {rss_peak:>12} {:>10} {:>10} {fd_peak:>8} {slack:>9}",
-            base.rss_kib, end.rss_kib, base.fds, end.fds
+            "{name:<8} {base_kib:>14} {end_kib:>14} {ratio:>8.3} {rss_peak:>12} {base_fds:>10} {end_fds:>10} {fd_peak:>8} {slack:>9}"
         );
         if ratio > limits.rss_ratio {
             reasons.push(format!("{name} RSS grew {ratio:.3}x (limit {:.2}x)", limits.rss_ratio));
         }
-        if end.fds > base.fds + slack {
-            reasons.push(format!("{name} descriptors grew from {} to {} (slack {slack})", base.fds, end.fds));
+        if end_fds > base_fds + slack {
+            reasons.push(format!("{name} descriptors grew from {base_fds} to {end_fds} (slack {slack})"));
         }
     }
     let _ = writeln!(
