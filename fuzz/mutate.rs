@@ -2,7 +2,7 @@
 //! proptest strategies that mutate them (byte flips, truncations, splices, deep nesting, huge
 //! numbers, invalid UTF-8, JSON tree edits) or produce fully random inputs.
 //!
-//! Each crate's fuzz module includes this file with `#[path]` (the crates share no test-only
+//! Each crate includes this file once with `#[path]` (the crates share no test-only
 //! crate). `FUZZ_CASES` sets the number of cases (default [`DEFAULT_CASES`]); `bench/fuzz`
 //! runs every target with a million. A failure is saved to `fuzz/regressions/<target>.txt`
 //! inside the clone and replayed first on the next run.

@@ -16,3 +16,12 @@ pub mod registry;
 pub mod server;
 pub mod store;
 pub mod tasks;
+
+// The shared fuzz engine and event checks (`fuzz/`), compiled once for this crate's fuzz
+// targets (`config::dotenv_fuzz`, `provider::{codex,claude}::map_fuzz`).
+#[cfg(test)]
+#[path = "../../fuzz/events.rs"]
+mod fuzz_events;
+#[cfg(test)]
+#[path = "../../fuzz/mutate.rs"]
+mod mutate;

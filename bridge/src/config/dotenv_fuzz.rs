@@ -8,13 +8,9 @@
 //! validation returns a config that passes [`env::check_rules`] and survives its JSON form, or
 //! refusals, each with a message, none showing a secret-looking key's value.
 
-// Each fuzz module of this crate includes its own copy of the shared engine.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../fuzz/mutate.rs"]
-mod mutate;
-
 use std::collections::HashSet;
 
+use crate::mutate;
 use proptest::prelude::*;
 
 use super::dotenv::{self, Entry};

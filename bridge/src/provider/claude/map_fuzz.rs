@@ -7,18 +7,10 @@
 //! round-trips through JSON; approvals offer only the four decisions; every control response
 //! body says `allow` or `deny` in the shape the CLI reads.
 
-// Each fuzz module of this crate includes its own copy of the shared engine.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../../fuzz/mutate.rs"]
-mod mutate;
-
-// Each fuzz module of this crate includes its own copy of the shared engine.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../../fuzz/events.rs"]
-mod events;
-
 use std::collections::HashSet;
 
+use crate::fuzz_events as events;
+use crate::mutate;
 use proptest::prelude::*;
 use serde_json::Value;
 

@@ -7,16 +7,8 @@
 //! round-trips through JSON; approvals offer only the four decisions; answers to Codex are
 //! objects of the shape Codex reads.
 
-// Each fuzz module of this crate includes its own copy of the shared engine.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../../fuzz/mutate.rs"]
-mod mutate;
-
-// Each fuzz module of this crate includes its own copy of the shared engine.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../../fuzz/events.rs"]
-mod events;
-
+use crate::fuzz_events as events;
+use crate::mutate;
 use proptest::prelude::*;
 use serde_json::Value;
 
