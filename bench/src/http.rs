@@ -20,23 +20,8 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 /// with room to spare. Longer is "no answer", a failure.
 pub const EXCHANGE_LIMIT: Duration = Duration::from_secs(75);
 
-/// One HTTP answer.
-#[derive(Debug)]
-pub struct Reply {
-    /// The status code.
-    pub status: u16,
-    /// Headers, names lowercased.
-    pub headers: Vec<(String, String)>,
-    /// The whole body.
-    pub body: Vec<u8>,
-}
-
-impl Reply {
-    /// The first value of header `name` (lowercase).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-}
+/// One HTTP answer: the e2e harness's own type (status, lowercased headers, whole body).
+pub use e2e::front::HttpReply as Reply;
 
 /// How one request on a kept-alive connection ended.
 #[derive(Debug)]
