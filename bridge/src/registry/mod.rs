@@ -25,6 +25,8 @@ pub mod audit;
 pub mod auth;
 mod plan_tools;
 pub mod policy;
+#[cfg(test)]
+mod tests;
 mod tools;
 
 use auth::{Auth, Peer};
@@ -129,6 +131,13 @@ impl Capability {
     }
 }
 
+/// Every capability of this build, in the order `tools/list` shows them.
+fn catalog() -> Vec<Capability> {
+    let mut capabilities = tools::all();
+    capabilities.extend(plan_tools::all());
+    capabilities
+}
+
 /// The registry.
 pub struct Registry {
     capabilities: Vec<Capability>,
@@ -138,9 +147,7 @@ pub struct Registry {
 impl Registry {
     /// The registry with every capability of this build.
     pub fn new(services: Services) -> Registry {
-        let mut capabilities = tools::all();
-        capabilities.extend(plan_tools::all());
-        Registry { capabilities, services: Arc::new(services) }
+        Registry { capabilities: catalog(), services: Arc::new(services) }
     }
 
     /// The services.
