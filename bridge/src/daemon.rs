@@ -13,11 +13,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::config::BridgeConfig;
+use crate::keys::{KeyCache, KeyService};
 use crate::lease::Leases;
 use crate::provider::Providers;
 use crate::provider::env::BaseEnv;
 use crate::registry::audit::AuditSink;
-use crate::registry::auth::{Auth, KeyCache};
+use crate::registry::auth::Auth;
 use crate::registry::{Registry, Services};
 use crate::server::{self, PeerPolicy};
 use crate::store::Store;
@@ -115,12 +116,13 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         crate::plans::PlanService::new(Arc::clone(&store), tasks.clone(), clock.clone(), shutdown.child_token());
     let audit_stop = CancellationToken::new();
     let audit = AuditSink::start(Arc::clone(&store), &background, audit_stop.clone());
+    let key_service = KeyService::new(Arc::clone(&store), keys.clone(), clock.clone(), Arc::clone(&config));
     let auth = Auth::new(config.mcp_auth.clone(), keys, uid);
     let board_addr = Arc::new(std::sync::OnceLock::new());
     let registry = Arc::new(Registry::new(Services {
         tasks: tasks.clone(),
         plans: plans.clone(),
-        board_sessions: crate::board::session::Sessions::default(),
+        keys: key_service,
         board_addr: Arc::clone(&board_addr),
         store: Arc::clone(&store),
         config: Arc::clone(&config),

@@ -1,5 +1,6 @@
 //! agent-bridge: the daemon that owns tasks, policy, audit and provider processes.
 
+pub mod audit_view;
 pub mod board;
 pub mod cli;
 pub mod clock;
@@ -8,6 +9,7 @@ pub mod daemon;
 pub mod error;
 pub mod files;
 pub mod ids;
+pub mod keys;
 pub mod lease;
 pub mod model;
 pub mod plans;

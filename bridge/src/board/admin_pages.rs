@@ -6,8 +6,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::html::{self, Nav, csrf_field, text, when};
-use super::pages::urlencode;
+use super::html::{self, Nav, csrf_field, text, urlencode, when};
 use super::{Board, error_page, html_response, to_login};
 use crate::html;
 

@@ -2,8 +2,8 @@
 
 use axum::http::{HeaderMap, StatusCode};
 
-use super::session::csrf_matches;
 use super::{Authed, Board};
+use crate::registry::sessions::csrf_matches;
 
 /// The fields of an urlencoded form, in order (a field may repeat: checkboxes).
 pub type Fields = Vec<(String, String)>;

@@ -39,10 +39,9 @@ pub mod html;
 mod login;
 mod pages;
 mod plan_pages;
-pub mod session;
 
+use crate::registry::sessions::{Session, Sessions};
 use html::{Frame, Nav};
-use session::{Session, Sessions};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "ab_board";
@@ -81,7 +80,7 @@ pub struct Authed {
 impl Board {
     /// The board over `registry`, answering at `place`.
     pub fn new(registry: Arc<Registry>, place: Place, shutdown: CancellationToken) -> Board {
-        let sessions = registry.services().board_sessions.clone();
+        let sessions = registry.services().auth.board_sessions().clone();
         Board { inner: Arc::new(Inner { registry, sessions, place, shutdown }) }
     }
 
@@ -110,7 +109,7 @@ impl Board {
     }
 
     /// The session of a request; `touch` counts it as a person's activity (see
-    /// [`session`](mod@session): the live-update poll does not).
+    /// [`sessions`](crate::registry::sessions): the live-update poll does not).
     pub fn session_with(&self, headers: &HeaderMap, touch: bool) -> Option<Authed> {
         let id = cookie(headers, COOKIE)?;
         let session = self.inner.sessions.get(&id, self.now(), user_agent(headers), touch)?;

@@ -6,18 +6,24 @@
 //! that right, whoever the peer is, because the front usually runs as the same user. The
 //! board surface is the board inside this process: it authenticates with a random credential
 //! that never leaves the process, so no socket client can claim the board surface.
+//!
+//! A person reaches the board with a board token (`agent-bridge board token`): this module
+//! issues them (only their hash is stored), checks a presented one against every live token in
+//! constant time, opens the board session it buys ([`Sessions`]) and, when the tokens are
+//! revoked, ends every session with them.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::{McpAuth, McpAuthMode, Role};
+use super::sessions::Sessions;
+use crate::config::{McpAuth, McpAuthMode};
 use crate::error::{ToolError, code};
+use crate::keys::{KeyCache, hash_secret};
 use crate::model::Principal;
 use crate::provider::peers::TaskOrigin;
 use crate::store::Store;
-use crate::store::keys::KeyRow;
+use crate::store::board::BoardTokenRow;
 use bridge_proto::methods::Surface;
 
 /// The connecting process, as the kernel reports it.
@@ -39,55 +45,6 @@ impl Peer {
     }
 }
 
-#[derive(Debug, Clone)]
-struct CachedKey {
-    key_id: String,
-    name: String,
-    role: Role,
-    workdirs: Option<Vec<String>>,
-    hash: [u8; 32],
-}
-
-/// The active API keys, kept in memory and reloaded whenever a key is created or revoked.
-#[derive(Debug, Clone, Default)]
-pub struct KeyCache {
-    keys: Arc<RwLock<Vec<CachedKey>>>,
-}
-
-impl KeyCache {
-    /// Reloads the active keys from the store (blocking).
-    pub fn reload(&self, store: &Store) -> Result<(), crate::store::StoreError> {
-        let rows = store.list_keys()?;
-        let active = rows
-            .into_iter()
-            .filter(|k: &KeyRow| k.revoked_at.is_none())
-            .filter_map(|k| {
-                Some(CachedKey {
-                    role: Role::parse(&k.role)?,
-                    key_id: k.key_id,
-                    name: k.name,
-                    workdirs: k.workdirs,
-                    hash: k.key_sha256,
-                })
-            })
-            .collect();
-        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = active;
-        Ok(())
-    }
-
-    fn find(&self, secret: &str) -> Option<CachedKey> {
-        let presented: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
-        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let mut found = None;
-        for key in keys.iter() {
-            if bool::from(key.hash.ct_eq(&presented)) {
-                found = Some(key.clone());
-            }
-        }
-        found
-    }
-}
-
 /// Resolves principals.
 #[derive(Clone)]
 pub struct Auth {
@@ -96,6 +53,8 @@ pub struct Auth {
     own_uid: u32,
     /// The board's in-process credential (random per bridge process).
     board: Arc<str>,
+    /// The sessions board tokens opened.
+    sessions: Sessions,
 }
 
 impl std::fmt::Debug for Auth {
@@ -104,16 +63,11 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-/// The SHA-256 of a key secret, as stored.
-pub fn hash_secret(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
 impl Auth {
     /// An authenticator with the MCP auth settings, the key cache and the bridge's own uid.
     pub fn new(mcp: McpAuth, keys: KeyCache, own_uid: u32) -> Auth {
         let board = format!("board {}", crate::ids::hex(&crate::ids::random_bytes::<32>()));
-        Auth { mcp, keys, own_uid, board: board.into() }
+        Auth { mcp, keys, own_uid, board: board.into(), sessions: Sessions::default() }
     }
 
     /// The credential the in-process board calls the registry with (never sent anywhere).
@@ -124,6 +78,65 @@ impl Auth {
     /// The key cache.
     pub fn keys(&self) -> &KeyCache {
         &self.keys
+    }
+
+    /// The board's sessions (a request's cookie is looked up here).
+    pub fn board_sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Issues a board token that can log in for `valid_hours`; returns its row and its secret
+    /// (shown this once: only the hash is stored).
+    pub async fn issue_board_token(
+        &self,
+        store: &Arc<Store>,
+        valid_hours: u32,
+        now: i64,
+    ) -> Result<(BoardTokenRow, String), ToolError> {
+        let secret = crate::ids::board_token_secret();
+        let row = BoardTokenRow {
+            token_id: crate::ids::board_token_id(),
+            token_sha256: hash_secret(&secret),
+            created_at: now,
+            expires_at: now + i64::from(valid_hours) * 3_600_000,
+            revoked_at: None,
+        };
+        let stored = row.clone();
+        store.call(move |s| s.insert_board_token(&stored)).await?;
+        Ok((row, secret))
+    }
+
+    /// Revokes every board token and ends every board session; returns how many tokens were
+    /// live.
+    pub async fn revoke_board_tokens(&self, store: &Arc<Store>, now: i64) -> Result<usize, ToolError> {
+        let revoked = store.call(move |s| s.revoke_board_tokens(now)).await?;
+        self.sessions.end_all();
+        Ok(revoked)
+    }
+
+    /// Logs in with a presented board token: one live at `now` (not revoked, not expired),
+    /// compared with every live token in constant time, opens a session for the browser that
+    /// sent `user_agent` and returns its id (the cookie); the session ends with the token at
+    /// the latest. Anything else, an unreadable store included, is `UNAUTHENTICATED`.
+    pub async fn board_login(
+        &self,
+        store: &Arc<Store>,
+        presented: &str,
+        now: i64,
+        user_agent: &str,
+    ) -> Result<String, ToolError> {
+        let hash = hash_secret(presented);
+        let tokens = store.call(move |s| s.live_board_tokens(now)).await.unwrap_or_default();
+        let mut matched = None;
+        for t in &tokens {
+            if bool::from(t.token_sha256.ct_eq(&hash)) {
+                matched = Some(t.expires_at);
+            }
+        }
+        match matched.filter(|_| !presented.is_empty()) {
+            Some(expires_at) => Ok(self.sessions.open(now, expires_at, user_agent)),
+            None => Err(ToolError::new(code::UNAUTHENTICATED, "the board token is unknown, expired or revoked")),
+        }
     }
 
     /// Who is calling, or `UNAUTHENTICATED`.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::clock::Clock;
 use crate::config::{BridgeConfig, Role};
@@ -20,14 +20,19 @@ use crate::store::audit::AuditRow;
 use crate::tasks::TaskService;
 use bridge_proto::methods::{CallParams, ListParams, Surface};
 
+mod admin_tools;
 pub mod args;
 pub mod audit;
 pub mod auth;
+mod info_tools;
+mod key_tools;
 mod plan_tools;
 pub mod policy;
+pub mod sessions;
+mod shared;
+mod task_tools;
 #[cfg(test)]
 mod tests;
-mod tools;
 
 use auth::{Auth, Peer};
 use policy::{Annotations, Scope};
@@ -38,15 +43,15 @@ pub struct Services {
     pub tasks: TaskService,
     /// Plans.
     pub plans: crate::plans::PlanService,
-    /// The board's sessions (revoking the board's tokens ends them).
-    pub board_sessions: crate::board::session::Sessions,
+    /// API keys.
+    pub keys: crate::keys::KeyService,
     /// The address the board actually listens on, once it does.
     pub board_addr: Arc<std::sync::OnceLock<std::net::SocketAddr>>,
-    /// The store (keys, audit reads).
+    /// The store (board tokens, audit reads).
     pub store: Arc<Store>,
     /// The configuration.
     pub config: Arc<BridgeConfig>,
-    /// Authentication (and the key cache).
+    /// Authentication (the key cache, board tokens and sessions).
     pub auth: Auth,
     /// The audit writer.
     pub audit: audit::AuditSink,
@@ -133,7 +138,10 @@ impl Capability {
 
 /// Every capability of this build, in the order `tools/list` shows them.
 fn catalog() -> Vec<Capability> {
-    let mut capabilities = tools::all();
+    let mut capabilities = info_tools::all();
+    capabilities.extend(task_tools::all());
+    capabilities.extend(admin_tools::all());
+    capabilities.extend(key_tools::all());
     capabilities.extend(plan_tools::all());
     capabilities
 }
@@ -245,6 +253,33 @@ impl Registry {
         outcome.map(|(v, _)| v).map_err(|(e, _)| e)
     }
 
+    /// The board's login: a presented board token opens a session (see
+    /// [`Auth::board_login`]); returns the session id. Audited like a call, as `board_login`.
+    pub async fn board_login(&self, presented: &str, user_agent: &str) -> Result<String, ToolError> {
+        let services = &self.services;
+        let now = services.clock.now_ms();
+        let outcome = services.auth.board_login(&services.store, presented, now, user_agent).await;
+        let ok = outcome.is_ok();
+        let row = AuditRow {
+            audit_id: 0,
+            at: now,
+            surface: Surface::Board.as_str().to_owned(),
+            principal: ok.then(|| Principal::board_operator().name),
+            role: ok.then(|| Role::Admin.as_str().to_owned()),
+            capability: "board_login".into(),
+            scope: Some(Scope::Write.as_str().to_owned()),
+            outcome: if ok { "ok".into() } else { "denied".into() },
+            error_code: outcome.as_ref().err().map(|e| e.code.to_owned()),
+            duration_us: 0,
+            task_id: None,
+            plan_id: None,
+            client_name: Some("board".into()),
+            count: 1,
+        };
+        services.audit.record(row, None);
+        outcome
+    }
+
     async fn call_inner(
         &self,
         params: CallParams,
@@ -274,9 +309,4 @@ impl Registry {
             Err(e) => Err((e, key_id)),
         }
     }
-}
-
-/// Helper for handlers: an empty argument object.
-pub fn no_args() -> Map<String, Value> {
-    Map::new()
 }

@@ -7,13 +7,12 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::{Annotations, Scope};
-use super::tools::{ProfileArg, RuntimeArg};
-use super::{ALL_SURFACES, CallCtx, Capability, LOCAL_SURFACES, Meta};
+use super::shared::{ProfileArg, RuntimeArg, local_on, meta};
+use super::{CallCtx, Capability, LOCAL_SURFACES};
 use crate::config::Role;
 use crate::error::ToolError;
 use crate::model::PlanStatus;
 use crate::plans::{PlanRequest, StepRequest};
-use crate::store::board::BoardTokenRow;
 use crate::store::plans::PlanFilter;
 use bridge_proto::methods::Surface;
 
@@ -120,26 +119,14 @@ struct BoardTokenArgs {
     valid_hours: u32,
 }
 
+// No arguments. Not `shared::NoArgs`: this schema has always been announced without that
+// type's description, and a doc comment here would add one.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
 
 /// The CLI only (a board session cannot mint or revoke the tokens that open it).
 const CLI_ONLY: &[Surface] = &[Surface::Cli];
-
-fn meta(name: &'static str, scope: Scope, min_role: Role, description: &'static str, annotations: Annotations) -> Meta {
-    Meta { name, scope, min_role, surfaces: ALL_SURFACES, description, annotations }
-}
-
-fn local(
-    name: &'static str,
-    scope: Scope,
-    surfaces: &'static [Surface],
-    description: &'static str,
-    annotations: Annotations,
-) -> Meta {
-    Meta { name, scope, min_role: Role::Admin, surfaces, description, annotations }
-}
 
 const DECIDE: Annotations = Annotations { read_only: false, destructive: true, idempotent: false, open_world: true };
 
@@ -205,7 +192,7 @@ pub(super) fn all() -> Vec<Capability> {
             |ctx: CallCtx, a: PlanArgs| async move { ctx.services.plans.cancel(&ctx.principal, &a.plan_id).await },
         ),
         Capability::new(
-            local(
+            local_on(
                 "admin_list_plans",
                 Scope::Read,
                 LOCAL_SURFACES,
@@ -218,7 +205,7 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            local(
+            local_on(
                 "admin_approve_plan",
                 Scope::Write,
                 LOCAL_SURFACES,
@@ -230,7 +217,7 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            local(
+            local_on(
                 "admin_reject_plan",
                 Scope::Write,
                 LOCAL_SURFACES,
@@ -242,7 +229,7 @@ pub(super) fn all() -> Vec<Capability> {
             },
         ),
         Capability::new(
-            local(
+            local_on(
                 "admin_create_board_token",
                 Scope::Write,
                 CLI_ONLY,
@@ -250,29 +237,21 @@ pub(super) fn all() -> Vec<Capability> {
                 Annotations { read_only: false, destructive: false, idempotent: false, open_world: false },
             ),
             |ctx: CallCtx, a: BoardTokenArgs| async move {
-                let secret = crate::ids::board_token_secret();
-                let now = ctx.services.clock.now_ms();
-                let row = BoardTokenRow {
-                    token_id: crate::ids::board_token_id(),
-                    token_sha256: super::auth::hash_secret(&secret),
-                    created_at: now,
-                    expires_at: now + i64::from(a.valid_hours) * 3_600_000,
-                    revoked_at: None,
-                };
-                let stored = row.clone();
-                ctx.services.store.call(move |s| s.insert_board_token(&stored)).await?;
-                let url = ctx.services.board_addr.get().map(|addr| format!("http://{addr}/login"));
+                let services = &ctx.services;
+                let now = services.clock.now_ms();
+                let (row, secret) = services.auth.issue_board_token(&services.store, a.valid_hours, now).await?;
+                let url = services.board_addr.get().map(|addr| format!("http://{addr}/login"));
                 Ok(json!({
                     "token_id": row.token_id,
                     "token": secret,
                     "expires_at": crate::clock::rfc3339(row.expires_at),
                     "login_url": url,
-                    "board_socket": ctx.services.config.board_socket,
+                    "board_socket": services.config.board_socket,
                 }))
             },
         ),
         Capability::new(
-            local(
+            local_on(
                 "admin_revoke_board_tokens",
                 Scope::Write,
                 CLI_ONLY,
@@ -281,8 +260,7 @@ pub(super) fn all() -> Vec<Capability> {
             ),
             |ctx: CallCtx, _: NoArgs| async move {
                 let now = ctx.services.clock.now_ms();
-                let revoked = ctx.services.store.call(move |s| s.revoke_board_tokens(now)).await?;
-                ctx.services.board_sessions.end_all();
+                let revoked = ctx.services.auth.revoke_board_tokens(&ctx.services.store, now).await?;
                 Ok::<_, ToolError>(json!({ "revoked": revoked }))
             },
         ),

@@ -1,6 +1,7 @@
-//! Board sessions: a random id in an HttpOnly, SameSite=Strict cookie, and a CSRF token per
-//! session that every form posts back. Sessions live in memory only: a restarted bridge asks
-//! for a fresh login, and revoking the board's tokens ends them all.
+//! Board sessions, opened by a board token through [`Auth`](super::auth::Auth) (the one
+//! authentication path): a random id in an HttpOnly, SameSite=Strict cookie, and a CSRF token
+//! per session that every form posts back. Sessions live in memory only: a restarted bridge
+//! asks for a fresh login, and revoking the board's tokens ends them all.
 //!
 //! A cookie alone is not enough on a shared host (cookies ignore ports: any local page on
 //! 127.0.0.1 may receive it), so a session is also bound to the `User-Agent` that logged in

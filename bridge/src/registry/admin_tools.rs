@@ -1,0 +1,200 @@
+//! The administrator's capabilities over every principal's work: the task list, the audit
+//! log, the workdirs' leases and guards, and the forced guard clear.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::policy::{Annotations, Scope};
+use super::shared::{NoArgs, RuntimeArg, local, meta, tasks};
+use super::{CallCtx, Capability};
+use crate::audit_view::AuditQuery;
+use crate::config::{Role, RuntimeName};
+use crate::error::ToolError;
+use crate::model::TaskStatus;
+use crate::store::tasks::TaskFilter;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum StatusArg {
+    Queued,
+    Starting,
+    Running,
+    WaitingForApproval,
+    WaitingForQuestion,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Interrupted,
+}
+
+fn default_list_limit() -> u32 {
+    50
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListTasksArgs {
+    /// Only tasks in this state.
+    status: Option<StatusArg>,
+    /// Only tasks in this workdir.
+    #[schemars(length(max = 64))]
+    workdir: Option<String>,
+    /// Only tasks of this runtime.
+    runtime: Option<RuntimeArg>,
+    /// Only tasks of this principal.
+    #[schemars(length(max = 64))]
+    owner: Option<String>,
+    /// Page cursor: tasks created before this one.
+    #[schemars(length(max = 64))]
+    before_task_id: Option<String>,
+    /// At most this many tasks.
+    #[serde(default = "default_list_limit")]
+    #[schemars(range(min = 1, max = 200))]
+    limit: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum OutcomeArg {
+    Ok,
+    Denied,
+    Invalid,
+    Error,
+}
+
+impl OutcomeArg {
+    fn as_str(&self) -> &'static str {
+        match self {
+            OutcomeArg::Ok => "ok",
+            OutcomeArg::Denied => "denied",
+            OutcomeArg::Invalid => "invalid",
+            OutcomeArg::Error => "error",
+        }
+    }
+}
+
+fn default_audit_limit() -> u32 {
+    100
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AuditArgs {
+    /// Only rows of this principal.
+    #[schemars(length(max = 64))]
+    principal: Option<String>,
+    /// Only rows of this capability.
+    #[schemars(length(max = 64))]
+    capability: Option<String>,
+    /// Only rows with this outcome.
+    outcome: Option<OutcomeArg>,
+    /// Only rows about this task.
+    #[schemars(length(max = 64))]
+    task_id: Option<String>,
+    /// Page cursor: rows older than this id.
+    before_audit_id: Option<u64>,
+    /// At most this many rows.
+    #[serde(default = "default_audit_limit")]
+    #[schemars(range(min = 1, max = 500))]
+    limit: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ClearGuardArgs {
+    /// The workdir alias whose guard to remove.
+    #[schemars(length(max = 64))]
+    workdir: String,
+    /// Must be true: you have checked that no process of the guard's task still runs.
+    force: bool,
+}
+
+/// The administrator's capabilities, in `tools/list` order.
+pub(super) fn all() -> Vec<Capability> {
+    vec![
+        Capability::new(
+            meta(
+                "admin_list_tasks",
+                Scope::Read,
+                Role::Admin,
+                "Lists every principal's tasks, newest first, with filters and a page cursor.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, a: ListTasksArgs| async move {
+                let filter = TaskFilter {
+                    principal: a.owner,
+                    status: a.status.map(TaskStatus::from),
+                    workdir_alias: a.workdir,
+                    runtime: a.runtime.map(|r| RuntimeName::from(r).as_str().to_owned()),
+                    before_task_id: a.before_task_id,
+                };
+                tasks(&ctx).list(filter, a.limit).await
+            },
+        ),
+        Capability::new(
+            meta(
+                "admin_read_audit_log",
+                Scope::Read,
+                Role::Admin,
+                "Reads the audit log (a row per call, denials included; unauthenticated calls counted per minute), newest first, with filters and a page cursor.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, a: AuditArgs| async move {
+                // The rows of the calls made so far are written before the page is read.
+                ctx.services.audit.flush().await;
+                let query = AuditQuery {
+                    principal: a.principal,
+                    capability: a.capability,
+                    outcome: a.outcome.map(|o| o.as_str().to_owned()),
+                    task_id: a.task_id,
+                    before_audit_id: a.before_audit_id,
+                    limit: a.limit,
+                };
+                crate::audit_view::page(&ctx.services.store, query).await
+            },
+        ),
+        Capability::new(
+            meta(
+                "admin_workdir_status",
+                Scope::Read,
+                Role::Admin,
+                "Shows each workdir's writer lease and recovery guard, and what a guard's proof of stop still lacks.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, _: NoArgs| async move { tasks(&ctx).workdir_status().await },
+        ),
+        Capability::new(
+            local(
+                "admin_clear_guard",
+                Scope::Write,
+                "Removes a workdir's recovery guard without proof, after you checked by hand that the task's processes are gone.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: false },
+            ),
+            |ctx: CallCtx, a: ClearGuardArgs| async move {
+                if !a.force {
+                    return Err(ToolError::invalid(
+                        "force",
+                        "must be true: clearing a guard without proof is the operator's call",
+                    ));
+                }
+                tasks(&ctx).clear_guard_forced(&a.workdir, &ctx.principal.name).await
+            },
+        ),
+    ]
+}
+
+impl From<StatusArg> for TaskStatus {
+    fn from(s: StatusArg) -> TaskStatus {
+        match s {
+            StatusArg::Queued => TaskStatus::Queued,
+            StatusArg::Starting => TaskStatus::Starting,
+            StatusArg::Running => TaskStatus::Running,
+            StatusArg::WaitingForApproval => TaskStatus::WaitingForApproval,
+            StatusArg::WaitingForQuestion => TaskStatus::WaitingForQuestion,
+            StatusArg::Succeeded => TaskStatus::Succeeded,
+            StatusArg::Failed => TaskStatus::Failed,
+            StatusArg::Cancelled => TaskStatus::Cancelled,
+            StatusArg::Interrupted => TaskStatus::Interrupted,
+        }
+    }
+}
