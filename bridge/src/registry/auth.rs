@@ -181,3 +181,35 @@ impl Auth {
         Ok(Principal { name: key.name, role: key.role, workdirs: key.workdirs, key_id: Some(key.key_id) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UA: &str = "Mozilla/5.0 (X11; Linux x86_64) Firefox/133";
+
+    fn setup() -> (tempfile::TempDir, Arc<Store>, Auth) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("state")).unwrap());
+        (dir, store, Auth::new(McpAuth::default(), KeyCache::default(), 4242))
+    }
+
+    #[tokio::test]
+    async fn a_live_board_token_opens_a_session_until_revoked() {
+        let (_dir, store, auth) = setup();
+        let (row, secret) = auth.issue_board_token(&store, 2, 1_000).await.unwrap();
+        assert_eq!(row.expires_at, 1_000 + 2 * 3_600_000);
+        assert_ne!(row.token_sha256, [0; 32]);
+        let id = auth.board_login(&store, &secret, 2_000, UA).await.expect("a live token logs in");
+        let session = auth.board_sessions().get(&id, 3_000, UA, true).expect("the session is open");
+        assert_eq!(session.expires_at, row.expires_at, "a session never outlives its token");
+        for (presented, at) in [("", 2_000), ("not the token", 2_000), (secret.as_str(), row.expires_at)] {
+            let refused = auth.board_login(&store, presented, at, UA).await.expect_err("refused");
+            assert_eq!(refused.code, code::UNAUTHENTICATED, "{presented:?} at {at}");
+        }
+        assert_eq!(auth.revoke_board_tokens(&store, 4_000).await.unwrap(), 1);
+        assert!(auth.board_sessions().get(&id, 4_001, UA, true).is_none(), "revoking ended the session");
+        let refused = auth.board_login(&store, &secret, 4_001, UA).await.expect_err("a revoked token");
+        assert_eq!(refused.code, code::UNAUTHENTICATED);
+    }
+}
