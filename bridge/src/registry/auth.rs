@@ -61,14 +61,12 @@ impl KeyCache {
         let active = rows
             .into_iter()
             .filter(|k: &KeyRow| k.revoked_at.is_none())
-            .filter_map(|k| {
-                Some(CachedKey {
-                    role: Role::parse(&k.role)?,
-                    key_id: k.key_id,
-                    name: k.name,
-                    workdirs: k.workdirs,
-                    hash: k.key_sha256,
-                })
+            .map(|k| CachedKey {
+                role: k.role,
+                key_id: k.key_id,
+                name: k.name,
+                workdirs: k.workdirs,
+                hash: k.key_sha256,
             })
             .collect();
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = active;

@@ -9,7 +9,7 @@ use super::policy::{Annotations, Scope};
 use super::{ALL_SURFACES, CallCtx, Capability, LOCAL_SURFACES, Meta};
 use crate::config::{AgentMode, Role, RuntimeName};
 use crate::error::{ToolError, code};
-use crate::model::{Profile, TaskStatus};
+use crate::model::{AuditOutcome, Profile, TaskStatus};
 use crate::store::audit::AuditFilter;
 use crate::store::keys::KeyRow;
 use crate::store::tasks::TaskFilter;
@@ -598,10 +598,10 @@ pub(super) fn all() -> Vec<Capability> {
                     principal: a.principal,
                     capability: a.capability,
                     outcome: a.outcome.map(|o| match o {
-                        OutcomeArg::Ok => "ok".to_owned(),
-                        OutcomeArg::Denied => "denied".to_owned(),
-                        OutcomeArg::Invalid => "invalid".to_owned(),
-                        OutcomeArg::Error => "error".to_owned(),
+                        OutcomeArg::Ok => AuditOutcome::Ok,
+                        OutcomeArg::Denied => AuditOutcome::Denied,
+                        OutcomeArg::Invalid => AuditOutcome::Invalid,
+                        OutcomeArg::Error => AuditOutcome::Error,
                     }),
                     task_id: a.task_id,
                 };
@@ -617,10 +617,10 @@ pub(super) fn all() -> Vec<Capability> {
                             "at": crate::clock::rfc3339(r.at),
                             "surface": r.surface,
                             "principal": r.principal,
-                            "role": r.role,
+                            "role": r.role.map(Role::as_str),
                             "capability": r.capability,
                             "scope": r.scope,
-                            "outcome": r.outcome,
+                            "outcome": r.outcome.as_str(),
                             "error_code": r.error_code,
                             "duration_us": r.duration_us,
                             "task_id": r.task_id,
@@ -693,7 +693,7 @@ pub(super) fn all() -> Vec<Capability> {
                 let row = KeyRow {
                     key_id: crate::ids::key_id(),
                     name,
-                    role: role.as_str().to_owned(),
+                    role,
                     key_sha256: super::auth::hash_secret(&secret),
                     workdirs: a.workdirs,
                     created_at: ctx.services.clock.now_ms(),
@@ -709,7 +709,7 @@ pub(super) fn all() -> Vec<Capability> {
                     })
                     .await?;
                 Ok(
-                    json!({ "key_id": row.key_id, "name": row.name, "role": row.role, "workdirs": row.workdirs, "secret": secret }),
+                    json!({ "key_id": row.key_id, "name": row.name, "role": row.role.as_str(), "workdirs": row.workdirs, "secret": secret }),
                 )
             },
         ),
@@ -723,7 +723,7 @@ pub(super) fn all() -> Vec<Capability> {
                         json!({
                             "key_id": k.key_id,
                             "name": k.name,
-                            "role": k.role,
+                            "role": k.role.as_str(),
                             "workdirs": k.workdirs,
                             "created_at": crate::clock::rfc3339(k.created_at),
                             "last_used_at": k.last_used_at.map(crate::clock::rfc3339),
