@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::config::Role;
 use crate::error::ToolError;
+use crate::model::AuditOutcome;
 use crate::store::Store;
 use crate::store::audit::{AuditFilter, AuditRow};
 
@@ -17,8 +19,8 @@ pub struct AuditQuery {
     pub principal: Option<String>,
     /// Only rows of this capability.
     pub capability: Option<String>,
-    /// Only rows with this outcome (`ok`, `denied`, `invalid`, `error`).
-    pub outcome: Option<String>,
+    /// Only rows with this outcome.
+    pub outcome: Option<AuditOutcome>,
     /// Only rows about this task.
     pub task_id: Option<String>,
     /// Page cursor: rows older than this id.
@@ -51,10 +53,10 @@ fn row_json(r: &AuditRow) -> Value {
         "at": crate::clock::rfc3339(r.at),
         "surface": r.surface,
         "principal": r.principal,
-        "role": r.role,
+        "role": r.role.map(Role::as_str),
         "capability": r.capability,
         "scope": r.scope,
-        "outcome": r.outcome,
+        "outcome": r.outcome.as_str(),
         "error_code": r.error_code,
         "duration_us": r.duration_us,
         "task_id": r.task_id,
@@ -68,16 +70,16 @@ fn row_json(r: &AuditRow) -> Value {
 mod tests {
     use super::*;
 
-    fn row(at: i64, principal: &str, outcome: &str) -> AuditRow {
+    fn row(at: i64, principal: &str, outcome: AuditOutcome) -> AuditRow {
         AuditRow {
             audit_id: 0,
             at,
             surface: "cli".into(),
             principal: Some(principal.into()),
-            role: Some("admin".into()),
+            role: Some(Role::Admin),
             capability: "whoami".into(),
             scope: Some("read".into()),
-            outcome: outcome.into(),
+            outcome,
             error_code: None,
             duration_us: 7,
             task_id: None,
@@ -95,7 +97,7 @@ mod tests {
     async fn pages_follow_the_cursor_until_it_is_null() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("state")).unwrap());
-        let rows: Vec<AuditRow> = (1..=5).map(|at| row(at * 1000, "alice", "ok")).collect();
+        let rows: Vec<AuditRow> = (1..=5).map(|at| row(at * 1000, "alice", AuditOutcome::Ok)).collect();
         store.insert_audit(&rows).unwrap();
         let mut seen = Vec::new();
         let mut before = None;
@@ -121,11 +123,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("state")).unwrap());
         store
-            .insert_audit(&[row(1000, "alice", "ok"), row(2000, "bob", "denied"), row(3000, "alice", "error")])
+            .insert_audit(&[row(1000, "alice", AuditOutcome::Ok), row(2000, "bob", AuditOutcome::Denied), row(3000, "alice", AuditOutcome::Error)])
             .unwrap();
         let alice = page(&store, AuditQuery { principal: Some("alice".into()), ..query(10) }).await.unwrap();
         assert_eq!(alice["rows"].as_array().unwrap().len(), 2);
-        let denied = page(&store, AuditQuery { outcome: Some("denied".into()), ..query(10) }).await.unwrap();
+        let denied = page(&store, AuditQuery { outcome: Some(AuditOutcome::Denied), ..query(10) }).await.unwrap();
         let rows = denied["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 1);
         let mut one = rows[0].clone();

@@ -1,6 +1,9 @@
 //! The error every capability returns: a stable `UPPER_SNAKE` code and a message for the
-//! caller. Messages never contain host paths, prompts or secrets.
+//! caller, and what kind of failure each code is. Messages never contain host paths, prompts
+//! or secrets. Codes are written only through the constants of [`code`] (and
+//! `bridge_proto::codes`), never as string literals.
 
+use crate::model::InteractionKind;
 use crate::store::StoreError;
 
 /// Tool error codes (the ServerFS names where it had one).
@@ -101,6 +104,164 @@ pub mod code {
     pub const AGENT_PLAN_STEP_CANCELLED: &str = "AGENT_PLAN_STEP_CANCELLED";
     /// A plan's step failed without an error code of its own.
     pub const AGENT_PLAN_STEP_FAILED: &str = "AGENT_PLAN_STEP_FAILED";
+
+    /// Every code of this module and of `bridge_proto::codes`, so tests can cover them all
+    /// (a test checks that no constant is missing here).
+    pub const ALL: &[&str] = &[
+        INTERNAL_ERROR,
+        WORKDIR_NOT_FOUND,
+        AGENT_DISABLED,
+        AGENT_RUNTIME_NOT_ALLOWED,
+        AGENT_PROFILE_NOT_ALLOWED,
+        AGENT_RUNTIME_UNAVAILABLE,
+        INVALID_WORKDIR_PATH,
+        WORKDIR_PATH_NOT_FOUND,
+        WORKDIR_BUSY,
+        WORKDIR_RECOVERY_REQUIRED,
+        AGENT_TASK_NOT_FOUND,
+        AGENT_TASK_LIMIT_REACHED,
+        AGENT_TASK_NOT_ACTIVE,
+        AGENT_TASK_TERMINAL,
+        AGENT_TASK_TIMED_OUT,
+        AGENT_SESSION_NOT_RESUMABLE,
+        AGENT_IDEMPOTENCY_CONFLICT,
+        AGENT_PROMPT_TOO_LARGE,
+        AGENT_MESSAGE_TOO_LARGE,
+        AGENT_INTERACTION_TIMED_OUT,
+        AGENT_PROVIDER_ERROR,
+        AGENT_PROVIDER_DISCONNECTED,
+        AGENT_PROVIDER_INACTIVE,
+        AGENT_RESULT_TOO_LARGE,
+        AGENT_RESULT_NOT_RETRIEVABLE,
+        AGENT_RESULT_STORAGE_ERROR,
+        INVALID_RESULT_OFFSET,
+        INVALID_RESULT_LIMIT,
+        AGENT_SANDBOX_UNAVAILABLE,
+        REQUEST_NOT_FOUND,
+        REQUEST_ALREADY_RESOLVED,
+        REQUEST_STALE,
+        INVALID_APPROVAL_DECISION,
+        INVALID_QUESTION_ANSWER,
+        PERMISSION_OUTSIDE_POLICY,
+        BRIDGE_SHUTDOWN,
+        BRIDGE_RESTARTED,
+        KEY_NAME_TAKEN,
+        KEY_NOT_FOUND,
+        AGENT_PLAN_NOT_FOUND,
+        PLAN_NOT_PENDING,
+        PLAN_APPROVAL_NOT_ALLOWED,
+        AGENT_PLAN_STEP_CANCELLED,
+        AGENT_PLAN_STEP_FAILED,
+        proto::INVALID_REQUEST,
+        proto::REQUEST_TOO_LARGE,
+        proto::RESPONSE_TOO_LARGE,
+        proto::PROTOCOL_VERSION_UNSUPPORTED,
+        proto::METHOD_NOT_FOUND,
+        proto::PEER_NOT_AUTHORIZED,
+        proto::BRIDGE_PROTOCOL_ERROR,
+        proto::BRIDGE_CLOSED,
+        proto::BRIDGE_BUSY,
+        proto::REQUEST_TIMED_OUT,
+        proto::SOCKET_PATH_IN_USE,
+        proto::UNAUTHENTICATED,
+        proto::UNKNOWN_TOOL,
+        proto::INVALID_ARGUMENT,
+        proto::AGENT_BRIDGE_UNAVAILABLE,
+        proto::AGENT_BRIDGE_PROTOCOL_ERROR,
+    ];
+
+    use bridge_proto::codes as proto;
+}
+
+/// What kind of failure a code stands for: what the caller can do about it, and the board's
+/// HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// What the call names does not exist, or the caller may not see it (the two look alike).
+    NotFound,
+    /// The request is malformed or out of bounds: the caller must change it.
+    Invalid,
+    /// The caller may not do this (credential, role, policy, workdir mode).
+    Denied,
+    /// The state of what the call names forbids it (already answered, terminal, taken).
+    Conflict,
+    /// Retry later: a workdir, the task cap or the socket is full.
+    Busy,
+    /// A part the call needs is not there: a runtime, the sandbox, the bridge itself.
+    Unavailable,
+    /// Why a task or plan stopped (recorded on it; not a refusal of the call).
+    Stopped,
+    /// Something went wrong inside the bridge or between front and bridge.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The kind of `code`, or `None` for a string that is no code of the bridge.
+    pub fn of(c: &str) -> Option<ErrorKind> {
+        use bridge_proto::codes as proto;
+        use code::*;
+        Some(match c {
+            WORKDIR_NOT_FOUND
+            | WORKDIR_PATH_NOT_FOUND
+            | AGENT_TASK_NOT_FOUND
+            | REQUEST_NOT_FOUND
+            | KEY_NOT_FOUND
+            | AGENT_PLAN_NOT_FOUND
+            | proto::METHOD_NOT_FOUND => ErrorKind::NotFound,
+            INVALID_ARGUMENT
+            | INVALID_WORKDIR_PATH
+            | AGENT_PROMPT_TOO_LARGE
+            | AGENT_MESSAGE_TOO_LARGE
+            | INVALID_RESULT_OFFSET
+            | INVALID_RESULT_LIMIT
+            | INVALID_APPROVAL_DECISION
+            | INVALID_QUESTION_ANSWER
+            | proto::INVALID_REQUEST
+            | proto::REQUEST_TOO_LARGE
+            | proto::PROTOCOL_VERSION_UNSUPPORTED
+            | REQUEST_TIMED_OUT => ErrorKind::Invalid,
+            // An unknown tool and a tool outside the caller's rights are one answer by design.
+            UNAUTHENTICATED
+            | PEER_NOT_AUTHORIZED
+            | UNKNOWN_TOOL
+            | AGENT_DISABLED
+            | AGENT_RUNTIME_NOT_ALLOWED
+            | AGENT_PROFILE_NOT_ALLOWED
+            | PERMISSION_OUTSIDE_POLICY
+            | PLAN_APPROVAL_NOT_ALLOWED => ErrorKind::Denied,
+            WORKDIR_RECOVERY_REQUIRED
+            | AGENT_TASK_NOT_ACTIVE
+            | AGENT_TASK_TERMINAL
+            | AGENT_SESSION_NOT_RESUMABLE
+            | AGENT_IDEMPOTENCY_CONFLICT
+            | AGENT_RESULT_NOT_RETRIEVABLE
+            | REQUEST_ALREADY_RESOLVED
+            | REQUEST_STALE
+            | KEY_NAME_TAKEN
+            | PLAN_NOT_PENDING
+            | proto::SOCKET_PATH_IN_USE => ErrorKind::Conflict,
+            WORKDIR_BUSY | AGENT_TASK_LIMIT_REACHED | BRIDGE_BUSY => ErrorKind::Busy,
+            AGENT_RUNTIME_UNAVAILABLE | AGENT_SANDBOX_UNAVAILABLE | BRIDGE_CLOSED | proto::AGENT_BRIDGE_UNAVAILABLE => {
+                ErrorKind::Unavailable
+            }
+            AGENT_TASK_TIMED_OUT
+            | AGENT_INTERACTION_TIMED_OUT
+            | AGENT_PROVIDER_ERROR
+            | AGENT_PROVIDER_DISCONNECTED
+            | AGENT_PROVIDER_INACTIVE
+            | AGENT_RESULT_TOO_LARGE
+            | AGENT_RESULT_STORAGE_ERROR
+            | BRIDGE_SHUTDOWN
+            | BRIDGE_RESTARTED
+            | AGENT_PLAN_STEP_CANCELLED
+            | AGENT_PLAN_STEP_FAILED => ErrorKind::Stopped,
+            INTERNAL_ERROR
+            | proto::RESPONSE_TOO_LARGE
+            | proto::BRIDGE_PROTOCOL_ERROR
+            | proto::AGENT_BRIDGE_PROTOCOL_ERROR => ErrorKind::Internal,
+            _ => return None,
+        })
+    }
 }
 
 /// A capability's failure.
@@ -127,6 +288,11 @@ impl ToolError {
     /// The answer for a task the caller may not see (identical to a missing one).
     pub fn task_not_found() -> ToolError {
         ToolError::new(code::AGENT_TASK_NOT_FOUND, "no such task")
+    }
+
+    /// What kind of failure this is (`Internal` for a code the bridge does not know).
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::of(self.code).unwrap_or(ErrorKind::Internal)
     }
 
     /// An internal failure: logged in full, returned without detail.
@@ -160,10 +326,9 @@ impl From<StoreError> for ToolError {
                 ToolError::new(code::REQUEST_STALE, "this request can no longer be answered")
             }
             StoreError::WrongKind { expected, actual } => {
-                let c = if expected == "approval" {
-                    code::INVALID_APPROVAL_DECISION
-                } else {
-                    code::INVALID_QUESTION_ANSWER
+                let c = match expected {
+                    InteractionKind::Approval => code::INVALID_APPROVAL_DECISION,
+                    InteractionKind::Question => code::INVALID_QUESTION_ANSWER,
                 };
                 ToolError::new(c, format!("request is a {actual}, not a {expected}"))
             }
@@ -176,5 +341,68 @@ impl From<StoreError> for ToolError {
             }
             other => ToolError::internal("store failure", other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names of the `pub const NAME: &str` items of a source file (a code's value is its
+    /// name, which this checks for the literal ones).
+    fn constants(source: &str) -> Vec<&str> {
+        source
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("pub const ")?.split_once(": &str = "))
+            .map(|(name, value)| {
+                let literal = value.trim_end_matches(';').trim_matches('"');
+                assert!(value.starts_with("bridge_proto::") || literal == name, "{name} = {value}");
+                name
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_code_is_listed_once_and_has_a_kind() {
+        let declared: Vec<&str> = constants(include_str!("error.rs"))
+            .into_iter()
+            .chain(constants(include_str!("../../proto/src/codes.rs")))
+            .collect();
+        assert!(declared.len() > 50, "the parse found the constants: {declared:?}");
+        for name in &declared {
+            assert!(code::ALL.contains(name), "{name} is missing from code::ALL");
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in code::ALL {
+            assert!(seen.insert(c), "{c} is listed twice");
+            assert!(c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_'), "{c} is not UPPER_SNAKE");
+            assert!(ErrorKind::of(c).is_some(), "{c} has no ErrorKind");
+        }
+        assert_eq!(ErrorKind::of("NO_SUCH_CODE"), None);
+        assert_eq!(ToolError::new("NO_SUCH_CODE", "x").kind(), ErrorKind::Internal);
+    }
+
+    #[test]
+    fn kinds_follow_the_codes_meaning() {
+        assert_eq!(ToolError::task_not_found().kind(), ErrorKind::NotFound);
+        assert_eq!(ToolError::invalid("x", "is bad").kind(), ErrorKind::Invalid);
+        assert_eq!(ErrorKind::of(code::UNKNOWN_TOOL), Some(ErrorKind::Denied), "one answer with a forbidden tool");
+        assert_eq!(ErrorKind::of(code::WORKDIR_BUSY), Some(ErrorKind::Busy));
+        assert_eq!(ErrorKind::of(code::REQUEST_STALE), Some(ErrorKind::Conflict));
+    }
+
+    #[test]
+    fn a_wrong_kind_of_request_names_the_decision_code() {
+        let approval = ToolError::from(StoreError::WrongKind {
+            expected: InteractionKind::Approval,
+            actual: InteractionKind::Question,
+        });
+        assert_eq!(approval.code, code::INVALID_APPROVAL_DECISION);
+        assert_eq!(approval.message, "request is a question, not a approval");
+        let question = ToolError::from(StoreError::WrongKind {
+            expected: InteractionKind::Question,
+            actual: InteractionKind::Approval,
+        });
+        assert_eq!(question.code, code::INVALID_QUESTION_ANSWER);
     }
 }

@@ -48,14 +48,12 @@ impl KeyCache {
         let active = rows
             .into_iter()
             .filter(|k: &KeyRow| k.revoked_at.is_none())
-            .filter_map(|k| {
-                Some(ActiveKey {
-                    role: Role::parse(&k.role)?,
-                    key_id: k.key_id,
-                    name: k.name,
-                    workdirs: k.workdirs,
-                    hash: k.key_sha256,
-                })
+            .map(|k| ActiveKey {
+                role: k.role,
+                key_id: k.key_id,
+                name: k.name,
+                workdirs: k.workdirs,
+                hash: k.key_sha256,
             })
             .collect();
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = active;
@@ -118,7 +116,7 @@ impl KeyService {
         let row = KeyRow {
             key_id: crate::ids::key_id(),
             name,
-            role: key.role.as_str().to_owned(),
+            role: key.role,
             key_sha256: hash_secret(&secret),
             workdirs: key.workdirs,
             created_at: self.clock.now_ms(),
@@ -133,7 +131,7 @@ impl KeyService {
             })
             .await?;
         Ok(
-            json!({ "key_id": row.key_id, "name": row.name, "role": row.role, "workdirs": row.workdirs, "secret": secret }),
+            json!({ "key_id": row.key_id, "name": row.name, "role": row.role.as_str(), "workdirs": row.workdirs, "secret": secret }),
         )
     }
 
@@ -146,7 +144,7 @@ impl KeyService {
                 json!({
                     "key_id": k.key_id,
                     "name": k.name,
-                    "role": k.role,
+                    "role": k.role.as_str(),
                     "workdirs": k.workdirs,
                     "created_at": crate::clock::rfc3339(k.created_at),
                     "last_used_at": k.last_used_at.map(crate::clock::rfc3339),

@@ -1,7 +1,42 @@
-//! Domain vocabulary shared by the store and the services: task and plan states, profiles,
-//! interaction kinds and principals, with their wire names.
+//! Domain vocabulary shared by the store and the services: task, plan, step and interaction
+//! states, profiles, interaction kinds, result storage, audit outcomes and principals, with
+//! their wire names (which are also what the store keeps; see `store/columns.rs`).
 
 use crate::config::Role;
+
+/// Gives a wire-named enum `ALL` (declaration order), `as_str`, `parse` and `Display` (the wire
+/// name); `WHAT` names the vocabulary in errors. The wire name is also the text the store keeps.
+macro_rules! wire_names {
+    ($ty:ident, $what:literal { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: [$ty; [$($name),+].len()] = [$($ty::$variant),+];
+            /// What the values are, for error messages.
+            pub const WHAT: &'static str = $what;
+
+            /// The wire name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+
+            /// Parses a wire name.
+            pub fn parse(s: &str) -> Option<$ty> {
+                match s {
+                    $($name => Some($ty::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
 
 /// A task's state (DESIGN §6). Terminal states have no outgoing transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,40 +61,19 @@ pub enum TaskStatus {
     Interrupted,
 }
 
+wire_names!(TaskStatus, "task status" {
+    Queued => "queued",
+    Starting => "starting",
+    Running => "running",
+    WaitingForApproval => "waiting_for_approval",
+    WaitingForQuestion => "waiting_for_question",
+    Succeeded => "succeeded",
+    Failed => "failed",
+    Cancelled => "cancelled",
+    Interrupted => "interrupted",
+});
+
 impl TaskStatus {
-    /// Every state, in lifecycle order.
-    pub const ALL: [TaskStatus; 9] = [
-        TaskStatus::Queued,
-        TaskStatus::Starting,
-        TaskStatus::Running,
-        TaskStatus::WaitingForApproval,
-        TaskStatus::WaitingForQuestion,
-        TaskStatus::Succeeded,
-        TaskStatus::Failed,
-        TaskStatus::Cancelled,
-        TaskStatus::Interrupted,
-    ];
-
-    /// The state's wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskStatus::Queued => "queued",
-            TaskStatus::Starting => "starting",
-            TaskStatus::Running => "running",
-            TaskStatus::WaitingForApproval => "waiting_for_approval",
-            TaskStatus::WaitingForQuestion => "waiting_for_question",
-            TaskStatus::Succeeded => "succeeded",
-            TaskStatus::Failed => "failed",
-            TaskStatus::Cancelled => "cancelled",
-            TaskStatus::Interrupted => "interrupted",
-        }
-    }
-
-    /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<TaskStatus> {
-        TaskStatus::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-
     /// Whether no transition leaves this state.
     pub fn is_terminal(self) -> bool {
         matches!(self, TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled | TaskStatus::Interrupted)
@@ -115,40 +129,19 @@ pub enum PlanStatus {
     Interrupted,
 }
 
+wire_names!(PlanStatus, "plan status" {
+    PendingApproval => "pending_approval",
+    Approved => "approved",
+    Running => "running",
+    Waiting => "waiting",
+    Succeeded => "succeeded",
+    Failed => "failed",
+    Cancelled => "cancelled",
+    Rejected => "rejected",
+    Interrupted => "interrupted",
+});
+
 impl PlanStatus {
-    /// Every state, in lifecycle order.
-    pub const ALL: [PlanStatus; 9] = [
-        PlanStatus::PendingApproval,
-        PlanStatus::Approved,
-        PlanStatus::Running,
-        PlanStatus::Waiting,
-        PlanStatus::Succeeded,
-        PlanStatus::Failed,
-        PlanStatus::Cancelled,
-        PlanStatus::Rejected,
-        PlanStatus::Interrupted,
-    ];
-
-    /// The state's wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlanStatus::PendingApproval => "pending_approval",
-            PlanStatus::Approved => "approved",
-            PlanStatus::Running => "running",
-            PlanStatus::Waiting => "waiting",
-            PlanStatus::Succeeded => "succeeded",
-            PlanStatus::Failed => "failed",
-            PlanStatus::Cancelled => "cancelled",
-            PlanStatus::Rejected => "rejected",
-            PlanStatus::Interrupted => "interrupted",
-        }
-    }
-
-    /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<PlanStatus> {
-        PlanStatus::ALL.into_iter().find(|p| p.as_str() == s)
-    }
-
     /// Whether no transition leaves this state.
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -183,24 +176,10 @@ pub enum Profile {
     WorkspaceWrite,
 }
 
-impl Profile {
-    /// The profile's wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Profile::Review => "review",
-            Profile::WorkspaceWrite => "workspace-write",
-        }
-    }
-
-    /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<Profile> {
-        match s {
-            "review" => Some(Profile::Review),
-            "workspace-write" => Some(Profile::WorkspaceWrite),
-            _ => None,
-        }
-    }
-}
+wire_names!(Profile, "profile" {
+    Review => "review",
+    WorkspaceWrite => "workspace-write",
+});
 
 /// The kind of a pending interaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,24 +190,12 @@ pub enum InteractionKind {
     Question,
 }
 
+wire_names!(InteractionKind, "interaction kind" {
+    Approval => "approval",
+    Question => "question",
+});
+
 impl InteractionKind {
-    /// The kind's wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InteractionKind::Approval => "approval",
-            InteractionKind::Question => "question",
-        }
-    }
-
-    /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<InteractionKind> {
-        match s {
-            "approval" => Some(InteractionKind::Approval),
-            "question" => Some(InteractionKind::Question),
-            _ => None,
-        }
-    }
-
     /// The task state while this kind of interaction is pending.
     pub fn waiting_status(self) -> TaskStatus {
         match self {
@@ -237,6 +204,87 @@ impl InteractionKind {
         }
     }
 }
+
+/// An interaction's state: answerable while `pending`; `resolved` once answered; `stale`
+/// when it can no longer be answered (the task ended or moved on, the provider withdrew it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InteractionStatus {
+    /// Waiting for an answer.
+    Pending,
+    /// Answered.
+    Resolved,
+    /// No longer answerable.
+    Stale,
+}
+
+wire_names!(InteractionStatus, "interaction status" {
+    Pending => "pending",
+    Resolved => "resolved",
+    Stale => "stale",
+});
+
+/// A plan step's state. `starting` is the runner's intent, recorded before its task exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepStatus {
+    /// Not started.
+    Pending,
+    /// Its task is being submitted.
+    Starting,
+    /// Its task runs.
+    Running,
+    /// Its task succeeded.
+    Succeeded,
+    /// Its task failed, or could not be started.
+    Failed,
+    /// Its task (or the plan) was cancelled.
+    Cancelled,
+    /// Its task was interrupted.
+    Interrupted,
+}
+
+wire_names!(StepStatus, "plan step status" {
+    Pending => "pending",
+    Starting => "starting",
+    Running => "running",
+    Succeeded => "succeeded",
+    Failed => "failed",
+    Cancelled => "cancelled",
+    Interrupted => "interrupted",
+});
+
+/// Where a task's result is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultStorage {
+    /// Whole in the task row.
+    Inline,
+    /// In a spool file; the task row holds a preview.
+    Spool,
+}
+
+wire_names!(ResultStorage, "result storage" {
+    Inline => "inline",
+    Spool => "spool",
+});
+
+/// How an audited call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditOutcome {
+    /// It succeeded.
+    Ok,
+    /// Authentication or authorization refused it.
+    Denied,
+    /// Its arguments were invalid.
+    Invalid,
+    /// It failed.
+    Error,
+}
+
+wire_names!(AuditOutcome, "audit outcome" {
+    Ok => "ok",
+    Denied => "denied",
+    Invalid => "invalid",
+    Error => "error",
+});
 
 /// Who is calling: resolved by the registry from the credential and the surface.
 #[derive(Debug, Clone, PartialEq, Eq)]

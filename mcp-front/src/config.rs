@@ -244,7 +244,7 @@ impl Config {
             });
         }
         let allowed_origins = split(args.allowed_origins.as_deref().or(get("SERVERFS_MCP_ALLOWED_ORIGINS")));
-        if let Some(bad) = allowed_origins.iter().find(|o| crate::guard::normalize_origin(o).is_none()) {
+        if let Some(bad) = allowed_origins.iter().find(|o| crate::origin::normalize_origin(o).is_none()) {
             return Err(ConfigError::Invalid {
                 key: "SERVERFS_MCP_ALLOWED_ORIGINS",
                 message: format!("{bad:?} is not an origin such as https://chatgpt.com"),

@@ -6,7 +6,7 @@
 //! Nothing here decides who may do what: the caller's `Authorization` header goes to the
 //! bridge untouched, and the only thing the front learns back is "unauthenticated".
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -18,22 +18,11 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use serde_json::{Value, json};
 
 use crate::config::{Config, MAX_BODY_BYTES};
-use crate::handler::Front;
+use crate::handler::{AuthOutcome, Front};
+use crate::origin::{normalize_origin, parse_authority};
 
 /// The MCP service behind the guard.
 pub type McpService = StreamableHttpService<Front, NeverSessionManager>;
-
-/// Set by the handler when the bridge answered `UNAUTHENTICATED`, read by the guard to answer
-/// 401. Carried in the request's extensions, so it lives exactly as long as one request.
-#[derive(Debug, Clone, Default)]
-pub struct AuthOutcome(Arc<OnceLock<String>>);
-
-impl AuthOutcome {
-    /// Records the bridge's refusal.
-    pub fn refuse(&self, message: String) {
-        let _ = self.0.set(message);
-    }
-}
 
 /// The guard's state: the host and origin policy and the MCP service.
 pub struct Guard {
@@ -187,7 +176,7 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
     let outcome = AuthOutcome::default();
     parts.extensions.insert(outcome.clone());
     let response = guard.service.handle(Request::from_parts(parts, Body::from(bytes))).await;
-    if let Some(message) = outcome.0.get() {
+    if let Some(message) = outcome.refusal() {
         return unauthorized(id, message);
     }
     let mut response = response.map(Body::new);
@@ -238,7 +227,12 @@ async fn as_rpc_error(response: Response, id: Value) -> Response {
 /// The 401 every missing, malformed, unknown or revoked credential gets: a bearer challenge
 /// with a realm and nothing that points a client to OAuth.
 fn unauthorized(id: Value, message: &str) -> Response {
-    let mut response = rpc_error(StatusCode::UNAUTHORIZED, id, -32600, &format!("UNAUTHENTICATED: {message}"));
+    let mut response = rpc_error(
+        StatusCode::UNAUTHORIZED,
+        id,
+        -32600,
+        &format!("{}: {message}", bridge_proto::codes::UNAUTHENTICATED),
+    );
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"agent-bridge\""));
     response
 }
@@ -248,10 +242,12 @@ fn too_large() -> Response {
     rpc_error(StatusCode::PAYLOAD_TOO_LARGE, Value::Null, -32600, &message)
 }
 
+/// Whether reading the body failed because it passed the limit given to `to_bytes` (whose
+/// error wraps http-body-util's `LengthLimitError`), not for another reason.
 fn is_length_limit(e: &axum::Error) -> bool {
-    let mut source: Option<&dyn std::error::Error> = Some(e);
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
-        if s.to_string().contains("length limit") {
+        if s.is::<http_body_util::LengthLimitError>() {
             return true;
         }
         source = s.source();
@@ -267,48 +263,17 @@ pub fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Res
     response
 }
 
-/// `host[:port]` → lowercase host without brackets, and the port.
-fn parse_authority(text: &str) -> Option<(String, Option<u16>)> {
-    let authority: http::uri::Authority = text.trim().parse().ok()?;
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-    Some((host, authority.port_u16()))
-}
-
-/// `scheme://host[:port][/]` → (scheme, host, port with the scheme's default filled in).
-pub fn normalize_origin(text: &str) -> Option<(String, String, u16)> {
-    let text = text.trim().trim_end_matches('/');
-    let (scheme, rest) = text.split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
-    let default_port = match scheme.as_str() {
-        "http" => 80,
-        "https" => 443,
-        _ => return None,
-    };
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || rest.contains(char::is_whitespace) {
-        return None;
-    }
-    let (host, port) = parse_authority(rest)?;
-    Some((scheme, host, port.unwrap_or(default_port)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn origins_normalize_with_default_ports() {
-        assert_eq!(normalize_origin("https://ChatGPT.com/"), Some(("https".into(), "chatgpt.com".into(), 443)));
-        assert_eq!(normalize_origin("http://localhost:6274"), Some(("http".into(), "localhost".into(), 6274)));
-        assert_eq!(normalize_origin("http://[::1]:80"), Some(("http".into(), "::1".into(), 80)));
-        for bad in ["chatgpt.com", "ftp://x", "https://", "https://a/b", "null", "https://u@a"] {
-            assert_eq!(normalize_origin(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn authorities_parse_with_and_without_ports() {
-        assert_eq!(parse_authority("LOCALHOST:8765"), Some(("localhost".into(), Some(8765))));
-        assert_eq!(parse_authority("[::1]:1"), Some(("::1".into(), Some(1))));
-        assert_eq!(parse_authority("a b"), None);
+    #[tokio::test]
+    async fn only_the_body_limit_error_is_a_length_limit() {
+        let over = axum::body::to_bytes(Body::from(vec![b'x'; 10]), 4).await.expect_err("over the limit");
+        assert!(is_length_limit(&over), "{over}");
+        assert!(axum::body::to_bytes(Body::from(vec![b'x'; 4]), 4).await.is_ok());
+        // Another failure that merely says so is not one.
+        let other = axum::Error::new(std::io::Error::other("length limit exceeded"));
+        assert!(!is_length_limit(&other), "{other}");
     }
 }

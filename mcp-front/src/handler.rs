@@ -6,8 +6,7 @@
 //! connection time that its key is wrong. The handler keeps nothing between requests.
 
 use std::borrow::Cow;
-
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bridge_proto::client::CallError;
 use bridge_proto::codes;
@@ -22,7 +21,6 @@ use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
 use crate::bridge::Bridge;
-use crate::guard::AuthOutcome;
 
 /// The protocol revisions the front speaks: the three legacy ones with `initialize`, and the
 /// modern stateless one.
@@ -203,6 +201,24 @@ fn client_info(ctx: &RequestContext<RoleServer>) -> Option<ClientInfo> {
     ctx.meta.client_info().map(|i| ClientInfo { name: i.name, version: Some(i.version) })
 }
 
+/// Set by the handler when the bridge answered `UNAUTHENTICATED`, read by the guard to answer
+/// 401. The guard puts one in each request's extensions, so it lives exactly as long as one
+/// request.
+#[derive(Debug, Clone, Default)]
+pub struct AuthOutcome(Arc<OnceLock<String>>);
+
+impl AuthOutcome {
+    /// Records the bridge's refusal.
+    pub fn refuse(&self, message: String) {
+        let _ = self.0.set(message);
+    }
+
+    /// The bridge's refusal, if it refused the credential.
+    pub fn refusal(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+}
+
 /// Records a refused credential for the guard (which answers 401) and returns the error
 /// rmcp would otherwise send.
 fn refuse(ctx: &RequestContext<RoleServer>, message: String) -> ErrorData {
@@ -210,7 +226,7 @@ fn refuse(ctx: &RequestContext<RoleServer>, message: String) -> ErrorData {
     {
         outcome.refuse(message.clone());
     }
-    ErrorData::invalid_request(format!("UNAUTHENTICATED: {message}"), None)
+    ErrorData::invalid_request(format!("{}: {message}", codes::UNAUTHENTICATED), None)
 }
 
 fn object(params: impl serde::Serialize) -> Map<String, Value> {

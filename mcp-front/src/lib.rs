@@ -12,5 +12,6 @@ pub mod dotenv;
 pub mod guard;
 pub mod handler;
 pub mod healthcheck;
+pub mod origin;
 pub mod quirks;
 pub mod server;

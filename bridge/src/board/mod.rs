@@ -27,7 +27,7 @@ use axum::routing::{get, post};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ToolError;
+use crate::error::{ErrorKind, ToolError};
 use crate::registry::Registry;
 use crate::registry::auth::Peer;
 use bridge_proto::methods::{CallParams, ClientInfo, Surface};
@@ -305,6 +305,29 @@ pub async fn error_page(board: &Board, authed: &Authed, what: &str, e: &ToolErro
         e.message,
         back
     );
-    let status = if e.code.ends_with("NOT_FOUND") { StatusCode::NOT_FOUND } else { StatusCode::CONFLICT };
-    html_response(status, html::page(&frame, &body))
+    html_response(refusal_status(e), html::page(&frame, &body))
+}
+
+/// The HTTP status of a refused call's page: 404 when what it names does not exist, 409 for
+/// every other refusal.
+fn refusal_status(e: &ToolError) -> StatusCode {
+    match e.kind() {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        _ => StatusCode::CONFLICT,
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+    use crate::error::code;
+
+    /// Every code gets the status it got when the board chose it by the `NOT_FOUND` suffix.
+    #[test]
+    fn a_refusal_page_is_404_only_for_what_does_not_exist() {
+        for c in code::ALL {
+            let want = if c.ends_with("NOT_FOUND") { StatusCode::NOT_FOUND } else { StatusCode::CONFLICT };
+            assert_eq!(refusal_status(&ToolError::new(c, "x")), want, "{c}");
+        }
+    }
 }

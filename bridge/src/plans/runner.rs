@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::Inner;
 use crate::config::RuntimeName;
 use crate::error::{ToolError, code};
-use crate::model::{PlanStatus, Principal, Profile, TaskStatus};
+use crate::model::{PlanStatus, Principal, Profile, StepStatus, TaskStatus};
 use crate::store::StoreError;
 use crate::store::plans::{PlanFields, PlanRow, StepRow};
 use crate::store::tasks::TaskRow;
@@ -67,7 +67,7 @@ pub(super) async fn run(inner: &Arc<Inner>, plan_id: &str, stop: &CancellationTo
         if plan.status.is_terminal() || plan.status == PlanStatus::PendingApproval {
             return;
         }
-        if let Some(step) = steps.iter().find(|s| s.status == "running") {
+        if let Some(step) = steps.iter().find(|s| s.status == StepStatus::Running) {
             let Some(task_id) = step.task_id.clone() else { return };
             match inner.tasks.wait_terminal(&task_id, stop).await {
                 Ok(Some(task)) => {
@@ -88,14 +88,14 @@ pub(super) async fn run(inner: &Arc<Inner>, plan_id: &str, stop: &CancellationTo
                 }
             }
         }
-        if let Some(step) = steps.iter().find(|s| s.status == "starting") {
+        if let Some(step) = steps.iter().find(|s| s.status == StepStatus::Starting) {
             if let Err(e) = resolve_starting(inner, &plan, step).await {
                 tracing::error!(plan_id, cause = %e, "cannot resolve a step left starting; the runner stops");
                 return;
             }
             continue;
         }
-        let Some(step) = steps.iter().find(|s| s.status == "pending") else {
+        let Some(step) = steps.iter().find(|s| s.status == StepStatus::Pending) else {
             let (id, now) = (plan_id.to_owned(), inner.clock.now_ms());
             let _ = inner
                 .store
@@ -210,27 +210,27 @@ async fn resolve_starting(inner: &Arc<Inner>, plan: &PlanRow, step: &StepRow) ->
 
 /// Records how a step's task ended; returns whether the plan goes on.
 async fn step_ended(inner: &Arc<Inner>, plan: &PlanRow, step: &StepRow, task: &TaskRow) -> bool {
-    let (to, fallback) = match task.status {
+    let (to, fallback, step_status) = match task.status {
         TaskStatus::Succeeded => {
             let (id, pos, now) = (plan.plan_id.clone(), step.position, inner.clock.now_ms());
-            let _ = inner.store.call(move |s| s.finish_step(&id, pos, "succeeded", now)).await;
+            let _ = inner.store.call(move |s| s.finish_step(&id, pos, StepStatus::Succeeded, now)).await;
             tracing::info!(plan_id = plan.plan_id, step = step.position, "plan step succeeded");
             inner.tasks.announce();
             return true;
         }
-        TaskStatus::Cancelled => (PlanStatus::Cancelled, code::AGENT_PLAN_STEP_CANCELLED),
-        TaskStatus::Interrupted => (PlanStatus::Interrupted, code::BRIDGE_RESTARTED),
-        _ => (PlanStatus::Failed, code::AGENT_PLAN_STEP_FAILED),
+        TaskStatus::Cancelled => (PlanStatus::Cancelled, code::AGENT_PLAN_STEP_CANCELLED, StepStatus::Cancelled),
+        TaskStatus::Interrupted => (PlanStatus::Interrupted, code::BRIDGE_RESTARTED, StepStatus::Interrupted),
+        _ => (PlanStatus::Failed, code::AGENT_PLAN_STEP_FAILED, StepStatus::Failed),
     };
     let error_code = task.error_code.clone().unwrap_or_else(|| fallback.to_owned());
     let detail = task.error_message.clone().unwrap_or_else(|| error_code.clone());
     let why = format!("step {} ({}) ended {}: {detail}", step.position, step.title, task.status.as_str());
-    end_plan_with(inner, plan, step, task.status.as_str(), to, error_code, why).await;
+    end_plan_with(inner, plan, step, step_status, to, error_code, why).await;
     false
 }
 
 async fn end_plan(inner: &Arc<Inner>, plan: &PlanRow, step: &StepRow, to: PlanStatus, error_code: &str, why: &str) {
-    let step_status = if to == PlanStatus::Failed { "failed" } else { "interrupted" };
+    let step_status = if to == PlanStatus::Failed { StepStatus::Failed } else { StepStatus::Interrupted };
     end_plan_with(inner, plan, step, step_status, to, error_code.to_owned(), why.to_owned()).await;
 }
 
@@ -238,13 +238,13 @@ async fn end_plan_with(
     inner: &Arc<Inner>,
     plan: &PlanRow,
     step: &StepRow,
-    step_status: &str,
+    step_status: StepStatus,
     to: PlanStatus,
     error_code: String,
     why: String,
 ) {
-    let (id, pos, now, status) = (plan.plan_id.clone(), step.position, inner.clock.now_ms(), step_status.to_owned());
-    let _ = inner.store.call(move |s| s.finish_step(&id, pos, &status, now)).await;
+    let (id, pos, now) = (plan.plan_id.clone(), step.position, inner.clock.now_ms());
+    let _ = inner.store.call(move |s| s.finish_step(&id, pos, step_status, now)).await;
     let fields = PlanFields { error_code: Some(error_code), error_message: Some(why), ..Default::default() };
     let id = plan.plan_id.clone();
     // A plan someone cancelled meanwhile keeps its state.

@@ -8,7 +8,7 @@ use super::views::plan_view;
 use super::{Inner, MAX_REASON_CHARS, MAX_STEPS, MAX_TITLE_CHARS, PlanService};
 use crate::config::RuntimeName;
 use crate::error::{ToolError, code};
-use crate::model::{PlanStatus, Principal, Profile};
+use crate::model::{PlanStatus, Principal, Profile, StepStatus};
 use crate::store::plans::{NewPlan, NewStep, PlanFields, PlanFilter, PlanInserted, PlanRow};
 use crate::tasks::MAX_TEXT_BYTES;
 use crate::tasks::manifest::canonical;
@@ -247,12 +247,12 @@ impl PlanService {
         }
         let id = plan_id.to_owned();
         let steps = inner.store.call(move |s| s.get_plan_with_steps(&id)).await?.map(|(_, s)| s).unwrap_or_default();
-        for step in steps.iter().filter(|s| s.status == "running") {
+        for step in steps.iter().filter(|s| s.status == StepStatus::Running) {
             if let Some(task_id) = &step.task_id {
                 // The same path as cancel_agent_task: `cancelled` is persisted before it returns.
                 inner.tasks.cancel(principal, task_id).await?;
                 let (id, pos, now) = (plan_id.to_owned(), step.position, inner.clock.now_ms());
-                inner.store.call(move |s| s.finish_step(&id, pos, "cancelled", now)).await?;
+                inner.store.call(move |s| s.finish_step(&id, pos, StepStatus::Cancelled, now)).await?;
             }
         }
         tracing::info!(plan_id, by = principal.name, "plan cancelled");

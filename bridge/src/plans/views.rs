@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use serde_json::{Value, json};
 
 use crate::clock::rfc3339;
-use crate::model::PlanStatus;
+use crate::model::{PlanStatus, StepStatus};
 use crate::store::plans::{PlanRow, StepRow};
 
 /// What a caller should know about the plan's state, in one sentence.
@@ -48,8 +48,8 @@ pub fn current_step(p: &PlanRow, steps: &[StepRow]) -> Option<i64> {
     }
     steps
         .iter()
-        .find(|s| s.status == "running" || s.status == "starting")
-        .or_else(|| steps.iter().find(|s| s.status == "pending"))
+        .find(|s| matches!(s.status, StepStatus::Running | StepStatus::Starting))
+        .or_else(|| steps.iter().find(|s| s.status == StepStatus::Pending))
         .map(|s| s.position)
 }
 
@@ -59,9 +59,9 @@ pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: Option<SocketAddr>) -> V
     let steps: Vec<Value> = steps
         .iter()
         .map(|s| {
-            let status = match s.status.as_str() {
-                "pending" if p.status.is_terminal() => "not_run",
-                other => other,
+            let status = match s.status {
+                StepStatus::Pending if p.status.is_terminal() => "not_run",
+                other => other.as_str(),
             };
             json!({
                 "position": s.position,

@@ -18,6 +18,7 @@ use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
 use super::{ProviderCommand, ProviderEvent, RuntimeInfo, Session, StartError, StartSpec, TurnOutcome};
 use crate::config::RuntimeName;
+use crate::error::code;
 use bridge_proto::framing::{Line, read_line};
 
 /// The longest line the child may write (a result of up to 8 MiB plus JSON escaping).
@@ -141,7 +142,7 @@ impl FakeRuntime {
 
     /// Spawns the child and starts the turn.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
-        let fail = |message: String| StartError { code: "AGENT_PROVIDER_ERROR", message };
+        let fail = |message: String| StartError { code: code::AGENT_PROVIDER_ERROR, message };
         let mut env = self.base_env.for_child(&[]);
         env.push((OsString::from(HOME_VAR), self.home.clone().into_os_string()));
         // The session store must exist before the sandbox binds it back in.
@@ -206,7 +207,7 @@ async fn read_child<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, events: m
             Ok(Line::TooLong) => {
                 let _ = events
                     .send(ProviderEvent::Finished(TurnOutcome::Failed {
-                        code: "AGENT_PROVIDER_ERROR",
+                        code: code::AGENT_PROVIDER_ERROR,
                         message: "the provider wrote a line longer than the bridge accepts".into(),
                     }))
                     .await;
@@ -222,7 +223,7 @@ async fn read_child<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, events: m
             Ok(FromChild::Withdrawn { id }) => ProviderEvent::Withdrawn { native_id: id },
             Ok(FromChild::Result { text }) => ProviderEvent::Finished(TurnOutcome::Completed(text)),
             Ok(FromChild::Failed { message }) => {
-                ProviderEvent::Finished(TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message })
+                ProviderEvent::Finished(TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message })
             }
             Ok(FromChild::Interrupted) => ProviderEvent::Finished(TurnOutcome::Interrupted),
             Err(e) => ProviderEvent::Event {

@@ -142,7 +142,10 @@ pub struct StartError {
 impl StartError {
     /// `AGENT_RUNTIME_UNAVAILABLE` for `runtime`.
     pub fn unavailable(runtime: &str) -> StartError {
-        StartError { code: "AGENT_RUNTIME_UNAVAILABLE", message: format!("the {runtime} runtime is not available") }
+        StartError {
+            code: crate::error::code::AGENT_RUNTIME_UNAVAILABLE,
+            message: format!("the {runtime} runtime is not available"),
+        }
     }
 }
 

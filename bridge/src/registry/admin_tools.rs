@@ -10,7 +10,7 @@ use super::{CallCtx, Capability};
 use crate::audit_view::AuditQuery;
 use crate::config::{Role, RuntimeName};
 use crate::error::ToolError;
-use crate::model::TaskStatus;
+use crate::model::{AuditOutcome, TaskStatus};
 use crate::store::tasks::TaskFilter;
 
 #[derive(Deserialize, JsonSchema)]
@@ -62,13 +62,13 @@ enum OutcomeArg {
     Error,
 }
 
-impl OutcomeArg {
-    fn as_str(&self) -> &'static str {
-        match self {
-            OutcomeArg::Ok => "ok",
-            OutcomeArg::Denied => "denied",
-            OutcomeArg::Invalid => "invalid",
-            OutcomeArg::Error => "error",
+impl From<OutcomeArg> for AuditOutcome {
+    fn from(o: OutcomeArg) -> AuditOutcome {
+        match o {
+            OutcomeArg::Ok => AuditOutcome::Ok,
+            OutcomeArg::Denied => AuditOutcome::Denied,
+            OutcomeArg::Invalid => AuditOutcome::Invalid,
+            OutcomeArg::Error => AuditOutcome::Error,
         }
     }
 }
@@ -145,7 +145,7 @@ pub(super) fn all() -> Vec<Capability> {
                 let query = AuditQuery {
                     principal: a.principal,
                     capability: a.capability,
-                    outcome: a.outcome.map(|o| o.as_str().to_owned()),
+                    outcome: a.outcome.map(AuditOutcome::from),
                     task_id: a.task_id,
                     before_audit_id: a.before_audit_id,
                     limit: a.limit,

@@ -257,6 +257,7 @@ async fn write(store: &Arc<Store>, rows: Vec<(Option<String>, AuditRow)>, used: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::AuditOutcome;
 
     fn row(at: i64, principal: Option<&str>, capability: &str) -> AuditRow {
         AuditRow {
@@ -267,7 +268,7 @@ mod tests {
             role: None,
             capability: capability.into(),
             scope: None,
-            outcome: if principal.is_some() { "ok".into() } else { "denied".into() },
+            outcome: if principal.is_some() { AuditOutcome::Ok } else { AuditOutcome::Denied },
             error_code: principal.is_none().then(|| code::UNAUTHENTICATED.to_owned()),
             duration_us: 1,
             task_id: None,

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::clock::Clock;
 use crate::config::{BridgeConfig, Role};
 use crate::error::{ToolError, code};
-use crate::model::Principal;
+use crate::model::{AuditOutcome, Principal};
 use crate::store::Store;
 use crate::store::audit::AuditRow;
 use crate::tasks::TaskService;
@@ -194,7 +194,7 @@ impl Registry {
             role: None,
             capability: capability_name,
             scope: None,
-            outcome: "denied".into(),
+            outcome: AuditOutcome::Denied,
             error_code: None,
             duration_us: 0,
             task_id: params
@@ -232,7 +232,7 @@ impl Registry {
         row.duration_us = started.elapsed().as_micros().min(i64::MAX as u128) as i64;
         let key_id = match &outcome {
             Ok((value, key_id)) => {
-                row.outcome = "ok".into();
+                row.outcome = AuditOutcome::Ok;
                 if let Some(id) = value.get("task_id").and_then(Value::as_str) {
                     row.task_id = Some(id.to_owned());
                 }
@@ -243,8 +243,9 @@ impl Registry {
             }
             Err((e, key_id)) => {
                 row.error_code = Some(e.code.to_owned());
-                if row.outcome != "denied" {
-                    row.outcome = if e.code == code::INVALID_ARGUMENT { "invalid".into() } else { "error".into() };
+                if row.outcome != AuditOutcome::Denied {
+                    row.outcome =
+                        if e.code == code::INVALID_ARGUMENT { AuditOutcome::Invalid } else { AuditOutcome::Error };
                 }
                 key_id.clone()
             }
@@ -265,10 +266,10 @@ impl Registry {
             at: now,
             surface: Surface::Board.as_str().to_owned(),
             principal: ok.then(|| Principal::board_operator().name),
-            role: ok.then(|| Role::Admin.as_str().to_owned()),
+            role: ok.then_some(Role::Admin),
             capability: "board_login".into(),
             scope: Some(Scope::Write.as_str().to_owned()),
-            outcome: if ok { "ok".into() } else { "denied".into() },
+            outcome: if ok { AuditOutcome::Ok } else { AuditOutcome::Denied },
             error_code: outcome.as_ref().err().map(|e| e.code.to_owned()),
             duration_us: 0,
             task_id: None,
@@ -290,14 +291,14 @@ impl Registry {
             self.services.auth.resolve(params.credential.as_deref(), params.surface, peer).map_err(|e| (e, None))?;
         let key_id = principal.key_id.clone();
         row.principal = Some(principal.name.clone());
-        row.role = Some(principal.role.as_str().to_owned());
+        row.role = Some(principal.role);
         let Some(capability) = self.visible(principal.role, params.surface).find(|c| c.meta.name == params.name) else {
             return Err((ToolError::new(code::UNKNOWN_TOOL, format!("unknown tool: {}", row.capability)), key_id));
         };
         row.scope = Some(capability.meta.scope.as_str().to_owned());
-        row.outcome = "invalid".into();
+        row.outcome = AuditOutcome::Invalid;
         let args = args::validate(&capability.input_schema, params.arguments).map_err(|e| (e, key_id.clone()))?;
-        row.outcome = "error".into();
+        row.outcome = AuditOutcome::Error;
         let ctx = CallCtx {
             visible_tools: self.visible(principal.role, params.surface).count(),
             principal,

@@ -58,7 +58,7 @@ pub struct SocketLimits {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     /// Something lives at the path (`SOCKET_PATH_IN_USE`).
-    #[error("SOCKET_PATH_IN_USE: {0}")]
+    #[error("{code}: {0}", code = bridge_proto::codes::SOCKET_PATH_IN_USE)]
     InUse(String),
     /// The directory is unsafe or the bind failed.
     #[error("{0}")]

@@ -5,6 +5,8 @@
 use rusqlite::params;
 
 use super::{Store, StoreError};
+use crate::config::Role;
+use crate::model::AuditOutcome;
 
 /// One audit row. It never holds prompts, answers, message text, host paths or keys.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,13 +20,13 @@ pub struct AuditRow {
     /// The principal, when authenticated.
     pub principal: Option<String>,
     /// The principal's role.
-    pub role: Option<String>,
+    pub role: Option<Role>,
     /// The capability name as called (even if it does not exist).
     pub capability: String,
     /// `read` or `write`, when the capability exists.
     pub scope: Option<String>,
-    /// `ok`, `denied`, `invalid` or `error`.
-    pub outcome: String,
+    /// How the call ended.
+    pub outcome: AuditOutcome,
     /// The error code, unless `ok`.
     pub error_code: Option<String>,
     /// How long the call took.
@@ -47,7 +49,7 @@ pub struct AuditFilter {
     /// Only this capability.
     pub capability: Option<String>,
     /// Only this outcome.
-    pub outcome: Option<String>,
+    pub outcome: Option<AuditOutcome>,
     /// Only this task.
     pub task_id: Option<String>,
 }
@@ -127,10 +129,11 @@ impl Store {
         self.read(|c| {
             let mut sql = format!("SELECT {COLUMNS} FROM audit_log WHERE 1=1");
             let mut args: Vec<rusqlite::types::Value> = Vec::new();
+            let outcome = filter.outcome.map(|o| o.as_str().to_owned());
             for (column, value) in [
                 ("principal", &filter.principal),
                 ("capability", &filter.capability),
-                ("outcome", &filter.outcome),
+                ("outcome", &outcome),
                 ("task_id", &filter.task_id),
             ] {
                 if let Some(v) = value {

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::events::{NewEvent, insert_event};
 use super::tasks::{TaskRow, get_task_in};
 use super::{Store, StoreError};
-use crate::model::{InteractionKind, TaskStatus};
+use crate::model::{InteractionKind, InteractionStatus, TaskStatus};
 
 /// A stored interaction.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,10 +14,10 @@ pub struct InteractionRow {
     pub request_id: String,
     /// Its task.
     pub task_id: String,
-    /// `approval` or `question`.
-    pub kind: String,
-    /// `pending`, `resolved` or `stale`.
-    pub status: String,
+    /// Approval or question.
+    pub kind: InteractionKind,
+    /// Whether it can still be answered.
+    pub status: InteractionStatus,
     /// The normalized, redacted request (JSON).
     pub payload_json: String,
     /// Unix ms.
@@ -81,15 +81,15 @@ impl Store {
                 return Err(StoreError::RequestPending);
             }
             if !(task.status == TaskStatus::Running && task.status.can_become(waiting)) {
-                return Err(StoreError::InvalidTransition { from: task.status.as_str(), to: waiting.as_str() });
+                return Err(StoreError::InvalidTransition { from: task.status, to: waiting });
             }
             tx.execute(
                 &format!("INSERT INTO interactions ({COLUMNS}) VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, NULL, NULL)"),
-                params![new.request_id, task_id, new.kind.as_str(), new.payload_json, now, new.expires_at],
+                params![new.request_id, task_id, new.kind, new.payload_json, now, new.expires_at],
             )?;
             tx.execute(
                 "UPDATE tasks SET status = ?2, pending_request_id = ?3, updated_at = ?4 WHERE task_id = ?1",
-                params![task_id, waiting.as_str(), new.request_id, now],
+                params![task_id, waiting, new.request_id, now],
             )?;
             let event = NewEvent::new(
                 &format!("{}.requested", new.kind.as_str()),
@@ -116,13 +116,13 @@ impl Store {
     ) -> Result<TaskRow, StoreError> {
         self.write(|tx| {
             let req = get_in(tx, request_id)?.filter(|r| r.task_id == task_id).ok_or(StoreError::RequestNotFound)?;
-            match req.status.as_str() {
-                "pending" => {}
-                "resolved" => return Err(StoreError::RequestAlreadyResolved),
-                _ => return Err(StoreError::RequestStale),
+            match req.status {
+                InteractionStatus::Pending => {}
+                InteractionStatus::Resolved => return Err(StoreError::RequestAlreadyResolved),
+                InteractionStatus::Stale => return Err(StoreError::RequestStale),
             }
-            if req.kind != kind.as_str() {
-                return Err(StoreError::WrongKind { expected: kind.as_str(), actual: req.kind });
+            if req.kind != kind {
+                return Err(StoreError::WrongKind { expected: kind, actual: req.kind });
             }
             let task = get_task_in(tx, task_id)?.ok_or(StoreError::TaskNotFound)?;
             if task.pending_request_id.as_deref() != Some(request_id) || !task.status.is_waiting() {

@@ -3,6 +3,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::{Store, StoreError, is_unique_violation};
+use crate::config::Role;
 
 /// A stored API key (never the secret).
 #[derive(Debug, Clone, PartialEq)]
@@ -11,8 +12,8 @@ pub struct KeyRow {
     pub key_id: String,
     /// Unique name; becomes the principal name.
     pub name: String,
-    /// Role wire name.
-    pub role: String,
+    /// What the key may do.
+    pub role: Role,
     /// SHA-256 of the secret.
     pub key_sha256: [u8; 32],
     /// Optional workdir allowlist (aliases).

@@ -16,8 +16,11 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
+use crate::model::{InteractionKind, PlanStatus, StepStatus, TaskStatus};
+
 pub mod audit;
 pub mod board;
+mod columns;
 pub mod events;
 pub mod guards;
 pub mod interactions;
@@ -50,9 +53,9 @@ pub enum StoreError {
     #[error("a {from} task cannot become {to}")]
     InvalidTransition {
         /// Current state.
-        from: &'static str,
+        from: TaskStatus,
         /// Requested state.
-        to: &'static str,
+        to: TaskStatus,
     },
     /// The active-task cap is reached.
     #[error("{limit} tasks are already active")]
@@ -85,9 +88,9 @@ pub enum StoreError {
     #[error("the request is a {actual}, not a {expected}")]
     WrongKind {
         /// What the call expected.
-        expected: &'static str,
+        expected: InteractionKind,
         /// What the request is.
-        actual: String,
+        actual: InteractionKind,
     },
     /// No plan with that id.
     #[error("plan not found")]
@@ -96,9 +99,9 @@ pub enum StoreError {
     #[error("a {from} plan cannot become {to}")]
     InvalidPlanTransition {
         /// Current state.
-        from: &'static str,
+        from: PlanStatus,
         /// Requested state.
-        to: &'static str,
+        to: PlanStatus,
     },
     /// The plan step is not in the state the runner expected.
     #[error("step {position} of the plan is {actual}, not {expected}")]
@@ -106,9 +109,9 @@ pub enum StoreError {
         /// The step.
         position: i64,
         /// What the runner expected.
-        expected: &'static str,
+        expected: StepStatus,
         /// What the step is.
-        actual: String,
+        actual: StepStatus,
     },
     /// An API key name is already used.
     #[error("an API key named {0:?} already exists")]

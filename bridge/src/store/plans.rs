@@ -5,7 +5,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{Store, StoreError, is_unique_violation};
-use crate::model::PlanStatus;
+use crate::model::{PlanStatus, StepStatus};
 
 /// A stored plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,8 +69,8 @@ pub struct StepRow {
     pub title: String,
     /// The step's objective (the task's prompt).
     pub prompt: String,
-    /// `pending`, `starting`, `running`, `succeeded`, `failed`, `cancelled`, `interrupted`.
-    pub status: String,
+    /// Where the step is.
+    pub status: StepStatus,
     /// The step's task, once submitted.
     pub task_id: Option<String>,
     /// Unix ms when its task was submitted.
@@ -166,7 +166,6 @@ const STEP_COLUMNS: &str = "position, title, prompt, status, task_id, started_at
 const LIVE_STATES: &str = "('pending_approval','approved','running','waiting')";
 
 fn plan_from_row(row: &Row<'_>) -> rusqlite::Result<PlanRow> {
-    let status: String = row.get(9)?;
     Ok(PlanRow {
         plan_id: row.get(0)?,
         principal: row.get(1)?,
@@ -177,13 +176,7 @@ fn plan_from_row(row: &Row<'_>) -> rusqlite::Result<PlanRow> {
         workdir_alias: row.get(6)?,
         relative_cwd: row.get(7)?,
         profile: row.get(8)?,
-        status: PlanStatus::parse(&status).ok_or_else(|| {
-            rusqlite::Error::FromSqlConversionFailure(
-                9,
-                rusqlite::types::Type::Text,
-                format!("unknown plan status {status:?}").into(),
-            )
-        })?,
+        status: row.get(9)?,
         created_at: row.get(10)?,
         updated_at: row.get(11)?,
         approved_at: row.get(12)?,
@@ -230,7 +223,7 @@ fn steps_in(conn: &Connection, plan_id: &str) -> Result<Vec<StepRow>, StoreError
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-fn step_status_in(conn: &Connection, plan_id: &str, position: i64) -> Result<String, StoreError> {
+fn step_status_in(conn: &Connection, plan_id: &str, position: i64) -> Result<StepStatus, StoreError> {
     conn.prepare_cached("SELECT status FROM plan_steps WHERE plan_id = ?1 AND position = ?2")?
         .query_row(params![plan_id, position], |r| r.get(0))
         .optional()?
@@ -267,7 +260,7 @@ impl Store {
                     new.workdir_alias,
                     new.relative_cwd,
                     new.profile,
-                    status.as_str(),
+                    status,
                     new.created_at,
                     approved_at,
                     new.approved_by,
@@ -373,7 +366,7 @@ impl Store {
         self.write(|tx| {
             let current = get_plan_in(tx, plan_id)?.ok_or(StoreError::PlanNotFound)?;
             if !current.status.can_become(to) {
-                return Err(StoreError::InvalidPlanTransition { from: current.status.as_str(), to: to.as_str() });
+                return Err(StoreError::InvalidPlanTransition { from: current.status, to });
             }
             tx.execute(
                 "UPDATE plans SET status = ?2, updated_at = ?3, \
@@ -387,7 +380,7 @@ impl Store {
                  WHERE plan_id = ?1",
                 params![
                     plan_id,
-                    to.as_str(),
+                    to,
                     now,
                     fields.approved_by,
                     fields.rejected_by,
@@ -408,14 +401,11 @@ impl Store {
         self.write(|tx| {
             let plan = get_plan_in(tx, plan_id)?.ok_or(StoreError::PlanNotFound)?;
             if !matches!(plan.status, PlanStatus::Approved | PlanStatus::Running | PlanStatus::Waiting) {
-                return Err(StoreError::InvalidPlanTransition {
-                    from: plan.status.as_str(),
-                    to: PlanStatus::Running.as_str(),
-                });
+                return Err(StoreError::InvalidPlanTransition { from: plan.status, to: PlanStatus::Running });
             }
             let actual = step_status_in(tx, plan_id, position)?;
-            if actual != "pending" {
-                return Err(StoreError::StepState { position, expected: "pending", actual });
+            if actual != StepStatus::Pending {
+                return Err(StoreError::StepState { position, expected: StepStatus::Pending, actual });
             }
             tx.execute(
                 "UPDATE plan_steps SET status = 'starting', started_at = ?3 WHERE plan_id = ?1 AND position = ?2",
@@ -442,8 +432,8 @@ impl Store {
     pub fn link_step(&self, plan_id: &str, position: i64, task_id: &str, now: i64) -> Result<(), StoreError> {
         self.write(|tx| {
             let actual = step_status_in(tx, plan_id, position)?;
-            if actual != "starting" {
-                return Err(StoreError::StepState { position, expected: "starting", actual });
+            if actual != StepStatus::Starting {
+                return Err(StoreError::StepState { position, expected: StepStatus::Starting, actual });
             }
             tx.execute(
                 "UPDATE plan_steps SET status = 'running', task_id = ?3 WHERE plan_id = ?1 AND position = ?2",
@@ -458,8 +448,8 @@ impl Store {
         })
     }
 
-    /// Records how a step ended (`succeeded`, `failed`, `cancelled`, `interrupted`).
-    pub fn finish_step(&self, plan_id: &str, position: i64, status: &str, now: i64) -> Result<(), StoreError> {
+    /// Records how a step ended (succeeded, failed, cancelled or interrupted).
+    pub fn finish_step(&self, plan_id: &str, position: i64, status: StepStatus, now: i64) -> Result<(), StoreError> {
         self.write(|tx| {
             tx.execute(
                 "UPDATE plan_steps SET status = ?3, completed_at = COALESCE(completed_at, ?4) \

@@ -66,11 +66,11 @@ fn no_step_of_an_unapproved_plan_starts() {
     let (_dir, store) = open();
     store.insert_plan(&plan("pln_1", None, None), &steps(2)).unwrap();
     let err = store.start_step("pln_1", 1, 2_000).unwrap_err();
-    assert!(matches!(err, StoreError::InvalidPlanTransition { from: "pending_approval", .. }), "{err}");
+    assert!(matches!(err, StoreError::InvalidPlanTransition { from: PlanStatus::PendingApproval, .. }), "{err}");
     store.plan_transition("pln_1", PlanStatus::Approved, PlanFields::default(), 3_000).unwrap();
     store.start_step("pln_1", 1, 3_001).unwrap();
     let (p, s) = store.get_plan_with_steps("pln_1").unwrap().unwrap();
-    assert_eq!((p.status, p.approved_at, s[0].status.as_str()), (PlanStatus::Approved, Some(3_000), "starting"));
+    assert_eq!((p.status, p.approved_at, s[0].status), (PlanStatus::Approved, Some(3_000), StepStatus::Starting));
     store.link_step("pln_1", 1, "agt_1", 3_002).unwrap();
     assert_eq!(store.get_plan("pln_1").unwrap().unwrap().status, PlanStatus::Running);
     assert!(matches!(store.start_step("pln_1", 1, 3_003), Err(StoreError::StepState { .. })), "once only");
@@ -205,7 +205,7 @@ fn retention_spares_the_steps_of_a_running_plan() {
     store.start_step("pln_1", 1, 10).unwrap();
     store.link_step("pln_1", 1, "agt_1", 10).unwrap();
     store.transition("agt_1", crate::model::TaskStatus::Cancelled, TransitionFields::default(), 20).unwrap();
-    store.finish_step("pln_1", 1, "cancelled", 20).unwrap();
+    store.finish_step("pln_1", 1, StepStatus::Cancelled, 20).unwrap();
     assert!(store.delete_expired(100).unwrap().is_empty(), "the plan still runs");
     store.plan_transition("pln_1", PlanStatus::Cancelled, PlanFields::default(), 30).unwrap();
     assert_eq!(store.delete_expired(100).unwrap().len(), 1);

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::events::{NewEvent, insert_event};
 use super::{Store, StoreError, is_unique_violation};
-use crate::model::TaskStatus;
+use crate::model::{ResultStorage, TaskStatus};
 
 /// A stored task.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,8 +48,8 @@ pub struct TaskRow {
     pub native_session_id: Option<String>,
     /// Inline result, or a preview of a spooled one.
     pub final_response: Option<String>,
-    /// `inline` or `spool`.
-    pub result_storage: Option<String>,
+    /// Where the result is kept.
+    pub result_storage: Option<ResultStorage>,
     /// Full result size in UTF-8 bytes.
     pub result_size_bytes: Option<i64>,
     /// SHA-256 of the full result.
@@ -77,7 +77,6 @@ const TASK_COLUMNS: &str = "task_id, principal, runtime, workdir_alias, relative
     error_code, error_message, pending_request_id, event_count, events_dropped";
 
 fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
-    let status: String = row.get(7)?;
     Ok(TaskRow {
         task_id: row.get(0)?,
         principal: row.get(1)?,
@@ -86,13 +85,7 @@ fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
         relative_cwd: row.get(4)?,
         profile: row.get(5)?,
         requested_model: row.get(6)?,
-        status: TaskStatus::parse(&status).ok_or_else(|| {
-            rusqlite::Error::FromSqlConversionFailure(
-                7,
-                rusqlite::types::Type::Text,
-                format!("unknown task status {status:?}").into(),
-            )
-        })?,
+        status: row.get(7)?,
         created_at: row.get(8)?,
         started_at: row.get(9)?,
         updated_at: row.get(10)?,
@@ -201,8 +194,8 @@ pub struct TransitionFields {
 pub struct ResultFields {
     /// Inline text or preview.
     pub final_response: String,
-    /// `inline` or `spool`.
-    pub storage: &'static str,
+    /// Where it is kept.
+    pub storage: ResultStorage,
     /// Full size in bytes.
     pub size_bytes: i64,
     /// SHA-256 of the full result.
@@ -371,7 +364,7 @@ impl Store {
     /// Deletes every terminal task completed before `cutoff` that no recovery guard and no
     /// running plan names, with its events and interactions; returns the deleted ids (their spool files are the
     /// caller's to remove).
-    pub fn delete_expired(&self, cutoff: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
+    pub fn delete_expired(&self, cutoff: i64) -> Result<Vec<(String, Option<ResultStorage>)>, StoreError> {
         // Most passes find nothing: check on a reader first so they cost no write transaction.
         let due: i64 = self.read(|c| {
             Ok(c.prepare_cached("SELECT COUNT(*) FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1")?
@@ -389,7 +382,7 @@ impl Store {
                      WHERE s.task_id IS NOT NULL AND p.status IN ('approved','running','waiting'))",
             )?;
             let doomed = stmt
-                .query_map([cutoff], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?
+                .query_map([cutoff], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<ResultStorage>>(1)?)))?
                 .collect::<Result<Vec<_>, _>>()?;
             for (task_id, _) in &doomed {
                 tx.execute("DELETE FROM tasks WHERE task_id = ?1", [task_id])?;
@@ -408,7 +401,7 @@ pub(super) fn transition_in(
 ) -> Result<TaskRow, StoreError> {
     let current = get_task_in(tx, task_id)?.ok_or(StoreError::TaskNotFound)?;
     if !current.status.can_become(to) {
-        return Err(StoreError::InvalidTransition { from: current.status.as_str(), to: to.as_str() });
+        return Err(StoreError::InvalidTransition { from: current.status, to });
     }
     let terminal = to.is_terminal();
     tx.execute(
@@ -418,7 +411,7 @@ pub(super) fn transition_in(
          pending_request_id = CASE WHEN ?4 THEN NULL ELSE pending_request_id END, \
          error_code = COALESCE(?5, error_code), error_message = COALESCE(?6, error_message) \
          WHERE task_id = ?1",
-        params![task_id, to.as_str(), now, terminal, fields.error_code, fields.error_message],
+        params![task_id, to, now, terminal, fields.error_code, fields.error_message],
     )?;
     if terminal {
         tx.execute(

@@ -9,7 +9,7 @@ use super::events::NewEvent;
 use super::interactions::NewInteraction;
 use super::tasks::{Inserted, NewGuard, NewTask, TransitionFields};
 use super::{DB_FILE, Store, StoreError, schema};
-use crate::model::{InteractionKind, TaskStatus};
+use crate::model::{AuditOutcome, InteractionKind, InteractionStatus, TaskStatus};
 
 fn new_task(id: &str, key: Option<&str>) -> NewTask {
     NewTask {
@@ -75,7 +75,7 @@ fn transitions_follow_the_matrix_and_terminal_is_final() {
     let (_dir, store) = open();
     store.insert_task(&new_task("agt_1", None), 4, None, &submitted()).unwrap();
     let err = store.transition("agt_1", TaskStatus::Succeeded, TransitionFields::default(), 2).unwrap_err();
-    assert!(matches!(err, StoreError::InvalidTransition { from: "queued", to: "succeeded" }));
+    assert!(matches!(err, StoreError::InvalidTransition { from: TaskStatus::Queued, to: TaskStatus::Succeeded }));
     for to in [TaskStatus::Starting, TaskStatus::Running, TaskStatus::Succeeded] {
         store.transition("agt_1", to, TransitionFields::default(), 3).unwrap();
     }
@@ -198,7 +198,7 @@ fn a_terminal_transition_stales_the_pending_request() {
     running(&store, "agt_1");
     store.open_interaction("agt_1", &approval("req_1"), 10).unwrap();
     store.transition("agt_1", TaskStatus::Cancelled, TransitionFields::default(), 11).unwrap();
-    assert_eq!(store.get_interaction("req_1").unwrap().unwrap().status, "stale");
+    assert_eq!(store.get_interaction("req_1").unwrap().unwrap().status, InteractionStatus::Stale);
     let task = store.get_task("agt_1").unwrap().unwrap();
     assert_eq!(task.pending_request_id, None);
     let event = NewEvent::new("approval.resolved", serde_json::json!({}));
@@ -318,7 +318,7 @@ fn audit_row(at: i64, capability: &str) -> super::audit::AuditRow {
         role: None,
         capability: capability.into(),
         scope: None,
-        outcome: "denied".into(),
+        outcome: AuditOutcome::Denied,
         error_code: Some("UNAUTHENTICATED".into()),
         duration_us: 7,
         task_id: None,

@@ -10,7 +10,7 @@ use super::redact::Redactor;
 use super::runner::{Ending, Job, lifecycle, transition};
 use super::{Inner, results};
 use crate::lease::Lease;
-use crate::model::TaskStatus;
+use crate::model::{ResultStorage, TaskStatus};
 use crate::provider::process::{StopProof, marker_pids};
 use crate::store::StoreError;
 use crate::store::events::NewEvent;
@@ -81,7 +81,7 @@ async fn persist(inner: &Arc<Inner>, task_id: &str, ending: Ending, redactor: &R
                 .unwrap_or_else(|e| Err(crate::error::ToolError::internal("result storage failed", e)));
             match stored {
                 Ok(result) => {
-                    if result.storage == "spool" {
+                    if result.storage == ResultStorage::Spool {
                         let event = NewEvent::new(
                             "task.result_spooled",
                             json!({ "size_bytes": result.size_bytes, "sha256": result.sha256 }),
@@ -92,7 +92,7 @@ async fn persist(inner: &Arc<Inner>, task_id: &str, ending: Ending, redactor: &R
                     let fields = TransitionFields {
                         event: lifecycle(
                             "task.completed",
-                            json!({ "result_storage": result.storage, "result_size_bytes": result.size_bytes }),
+                            json!({ "result_storage": result.storage.as_str(), "result_size_bytes": result.size_bytes }),
                         ),
                         result: Some(result),
                         ..Default::default()
@@ -129,7 +129,7 @@ async fn fail(inner: &Arc<Inner>, task_id: &str, error_code: &'static str, messa
         ..Default::default()
     };
     match transition(inner, task_id, TaskStatus::Failed, fields("task.failed")).await {
-        Err(StoreError::InvalidTransition { from, .. }) if from.starts_with("waiting_") => {
+        Err(StoreError::InvalidTransition { from, .. }) if from.is_waiting() => {
             let _ = transition(inner, task_id, TaskStatus::Interrupted, fields("task.interrupted")).await;
         }
         _ => {}

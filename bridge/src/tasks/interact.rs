@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{Control, MAX_TEXT_BYTES, TaskService};
 use crate::error::{ToolError, code};
-use crate::model::{InteractionKind, Principal, TaskStatus};
+use crate::model::{InteractionKind, InteractionStatus, Principal, TaskStatus};
 use crate::store::events::NewEvent;
 use crate::store::interactions::InteractionRow;
 use crate::store::tasks::TransitionFields;
@@ -171,10 +171,14 @@ impl TaskService {
         let row = row
             .filter(|r| r.task_id == task_id)
             .ok_or_else(|| ToolError::new(code::REQUEST_NOT_FOUND, "no such request on this task"))?;
-        match row.status.as_str() {
-            "resolved" => Err(ToolError::new(code::REQUEST_ALREADY_RESOLVED, "this request was already answered")),
-            "stale" => Err(ToolError::new(code::REQUEST_STALE, "this request can no longer be answered")),
-            _ => Ok(row),
+        match row.status {
+            InteractionStatus::Resolved => {
+                Err(ToolError::new(code::REQUEST_ALREADY_RESOLVED, "this request was already answered"))
+            }
+            InteractionStatus::Stale => {
+                Err(ToolError::new(code::REQUEST_STALE, "this request can no longer be answered"))
+            }
+            InteractionStatus::Pending => Ok(row),
         }
     }
 
@@ -194,7 +198,7 @@ impl TaskService {
         let task = self.inner.visible_task(principal, task_id).await?;
         let req = self.interaction(task_id, request_id).await?;
         let invalid = |why: String| ToolError::new(code::INVALID_APPROVAL_DECISION, why);
-        if req.kind != InteractionKind::Approval.as_str() {
+        if req.kind != InteractionKind::Approval {
             return Err(invalid("this request is a question; answer it with answer_agent_question".into()));
         }
         let payload: Value = serde_json::from_str(&req.payload_json).unwrap_or(Value::Null);
@@ -266,7 +270,7 @@ impl TaskService {
     ) -> Result<Value, ToolError> {
         let task = self.inner.visible_task(principal, task_id).await?;
         let req = self.interaction(task_id, request_id).await?;
-        if req.kind != InteractionKind::Question.as_str() {
+        if req.kind != InteractionKind::Question {
             return Err(ToolError::new(
                 code::INVALID_QUESTION_ANSWER,
                 "this request is an approval; answer it with respond_agent_approval",

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Inner, TaskService, results};
 use crate::error::code;
-use crate::model::TaskStatus;
+use crate::model::{ResultStorage, TaskStatus};
 use crate::provider::cgroup;
 use crate::provider::process::{NamespaceProof, ProofMaterial, any_exits, leader_alive, unproven_pids};
 use crate::provider::procfs::{marker_pids, namespace_pids};
@@ -132,7 +132,7 @@ impl Inner {
         match self.store.call(move |s| s.delete_expired(cutoff)).await {
             Ok(deleted) => {
                 for (task_id, storage) in deleted {
-                    if storage.as_deref() == Some("spool") {
+                    if storage == Some(ResultStorage::Spool) {
                         results::delete(&self.config.state_dir, &task_id);
                     }
                     tracing::debug!(task_id, "retention removed a task");
@@ -394,7 +394,7 @@ mod tests {
         store.insert_task(&task(&active, "k3"), 9, None, &submitted).unwrap();
         let result =
             crate::tasks::results::store(&inner.config.state_dir, &spooled, &"x".repeat(300_000), 1_000).unwrap();
-        assert_eq!(result.storage, "spool");
+        assert_eq!(result.storage, ResultStorage::Spool);
         for id in [&spooled, &guarded] {
             store.transition(id, TaskStatus::Starting, TransitionFields::default(), now).unwrap();
             store.transition(id, TaskStatus::Running, TransitionFields::default(), now).unwrap();

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::MAX_SPOOLED_RESULT_BYTES;
 use crate::error::{ToolError, code};
+use crate::model::ResultStorage;
 use crate::store::tasks::ResultFields;
 
 /// The preview kept in the task row for a spooled result.
@@ -52,7 +53,7 @@ pub fn store(state_dir: &Path, task_id: &str, text: &str, threshold: u64) -> Res
     if size <= threshold {
         return Ok(ResultFields {
             final_response: text.to_owned(),
-            storage: "inline",
+            storage: ResultStorage::Inline,
             size_bytes: size as i64,
             sha256,
         });
@@ -86,7 +87,7 @@ pub fn store(state_dir: &Path, task_id: &str, text: &str, threshold: u64) -> Res
     std::fs::rename(&temp, &target).map_err(storage_error)?;
     Ok(ResultFields {
         final_response: utf8_prefix(text, PREVIEW_BYTES.min(threshold as usize)).to_owned(),
-        storage: "spool",
+        storage: ResultStorage::Spool,
         size_bytes: size as i64,
         sha256,
     })
@@ -170,10 +171,10 @@ mod tests {
         let state = dir.path().join("state");
         crate::files::ensure_private_dir(&state).unwrap();
         let small = store(&state, "agt_1", "hello", 10).unwrap();
-        assert_eq!(small.storage, "inline");
+        assert_eq!(small.storage, ResultStorage::Inline);
         let text = big_text(1000);
         let big = store(&state, "agt_2", &text, 100).unwrap();
-        assert_eq!(big.storage, "spool");
+        assert_eq!(big.storage, ResultStorage::Spool);
         assert!(big.final_response.len() <= 100);
         assert_eq!(big.sha256, sha256_hex(text.as_bytes()));
         use std::os::unix::fs::PermissionsExt;

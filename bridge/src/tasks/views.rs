@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{TaskService, results};
 use crate::clock::rfc3339;
 use crate::error::{ToolError, code};
-use crate::model::Principal;
+use crate::model::{Principal, ResultStorage};
 use crate::store::events::EventRow;
 use crate::store::interactions::InteractionRow;
 use crate::store::tasks::{TaskFilter, TaskRow};
@@ -24,8 +24,8 @@ fn parse_json(text: &str) -> Value {
 pub fn interaction_view(r: &InteractionRow) -> Value {
     json!({
         "request_id": r.request_id,
-        "kind": r.kind,
-        "status": r.status,
+        "kind": r.kind.as_str(),
+        "status": r.status.as_str(),
         "created_at": rfc3339(r.created_at),
         "expires_at": rfc3339(r.expires_at),
         "payload": parse_json(&r.payload_json),
@@ -34,12 +34,12 @@ pub fn interaction_view(r: &InteractionRow) -> Value {
 
 /// The public view of a task.
 pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>) -> Value {
-    let result = t.result_storage.as_ref().map(|storage| {
+    let result = t.result_storage.map(|storage| {
         json!({
-            "storage": storage,
+            "storage": storage.as_str(),
             "size_bytes": t.result_size_bytes,
             "sha256": t.result_sha256,
-            "retrievable": storage == "spool",
+            "retrievable": storage == ResultStorage::Spool,
         })
     });
     let error = t.error_code.as_ref().map(|c| json!({ "code": c, "message": t.error_message }));
@@ -64,7 +64,7 @@ pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>) -> Value {
         "error": error,
         "pending_request": pending.map(interaction_view),
         "final_response": t.final_response,
-        "final_response_truncated": t.result_storage.as_deref() == Some("spool"),
+        "final_response_truncated": t.result_storage == Some(ResultStorage::Spool),
         "result": result,
         "event_count": t.event_count,
         "events_dropped": t.events_dropped,
@@ -196,9 +196,9 @@ impl TaskService {
         max_bytes: usize,
     ) -> Result<Value, ToolError> {
         let row = self.inner.visible_task(principal, task_id).await?;
-        match row.result_storage.as_deref() {
-            Some("spool") => {}
-            Some(_) => {
+        match row.result_storage {
+            Some(ResultStorage::Spool) => {}
+            Some(ResultStorage::Inline) => {
                 return Err(ToolError::new(
                     code::AGENT_RESULT_NOT_RETRIEVABLE,
                     "the result is inline: read final_response from get_agent_task",

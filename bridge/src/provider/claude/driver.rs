@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::map::{self, Permission};
+use crate::error::code;
 use crate::model::Profile;
 use crate::provider::events::{self, Items};
 use crate::provider::io::{Read, clip};
@@ -95,7 +96,7 @@ impl Driver {
                 }
                 _ = tokio::time::sleep_until(init_deadline), if !state.initialized => {
                     let message = "claude did not answer the control initialize in time".to_owned();
-                    break TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message };
+                    break TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message };
                 }
             }
             if self.events.is_closed() {
@@ -123,7 +124,7 @@ impl Driver {
             }
             Read::TooLong => {
                 let message = "claude wrote a line longer than the bridge accepts".to_owned();
-                return Some(TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message });
+                return Some(TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message });
             }
         };
         match msg.get("type").and_then(Value::as_str).unwrap_or("") {
@@ -133,7 +134,7 @@ impl Driver {
                     if response.get("subtype").and_then(Value::as_str) != Some("success") {
                         let why = response.get("error").and_then(Value::as_str).unwrap_or("no reason given");
                         let message = format!("claude refused the control initialize: {}", clip(why, 500));
-                        return Some(TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message });
+                        return Some(TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message });
                     }
                     state.initialized = true;
                     self.send(json!({
@@ -197,7 +198,7 @@ impl Driver {
                 } else if ok {
                     TurnOutcome::Completed(msg.get("result").and_then(Value::as_str).unwrap_or("").to_owned())
                 } else {
-                    TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message: map::result_error(&msg) }
+                    TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message: map::result_error(&msg) }
                 });
             }
             _ => {}

@@ -26,6 +26,7 @@ use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
 use crate::config::{RuntimeBinary, RuntimeName};
+use crate::error::code;
 use crate::model::Profile;
 
 mod driver;
@@ -136,7 +137,7 @@ impl ClaudeRuntime {
             expose: Vec::new(),
         })
         .await
-        .map_err(|e| StartError { code: "AGENT_PROVIDER_ERROR", message: format!("cannot start claude: {e}") })?;
+        .map_err(|e| StartError { code: code::AGENT_PROVIDER_ERROR, message: format!("cannot start claude: {e}") })?;
         let (lines_tx, lines) = mpsc::channel(256);
         let (outbox, outbox_rx) = mpsc::unbounded_channel();
         let reader = io::spawn_reader(BufReader::new(spawned.stdout), lines_tx);

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::map::{self, COMMAND_APPROVAL, FILE_APPROVAL, PERMISSIONS_APPROVAL, USER_INPUT};
 use super::rpc::{Incoming, Rpc, RpcError};
+use crate::error::code;
 use crate::model::Profile;
 use crate::provider::events::{self, Items};
 use crate::provider::io::clip;
@@ -109,7 +110,8 @@ impl Driver {
             Some(Err(RpcError::Disconnected(_))) => return, // the stream ends: the runner reports it
             Some(Err(e)) => {
                 let message = format!("codex could not start the turn: {e}");
-                self.emit(ProviderEvent::Finished(TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message })).await;
+                self.emit(ProviderEvent::Finished(TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message }))
+                    .await;
                 return self.linger().await;
             }
             Some(Ok(turn)) => turn,
@@ -326,7 +328,7 @@ impl Driver {
                     .pointer("/turn/error/message")
                     .and_then(Value::as_str)
                     .unwrap_or("codex reported the turn as failed");
-                TurnOutcome::Failed { code: "AGENT_PROVIDER_ERROR", message: clip(message, 2000) }
+                TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message: clip(message, 2000) }
             }
         }
     }

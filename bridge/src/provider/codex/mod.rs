@@ -24,6 +24,7 @@ use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
 use crate::config::{RuntimeBinary, RuntimeName};
+use crate::error::code;
 
 mod driver;
 #[cfg(test)]
@@ -115,7 +116,7 @@ impl CodexRuntime {
     /// merged, not replacing.) Fails closed: a list it cannot read, or a server name that the
     /// `-c` syntax cannot address, refuses the task.
     async fn operator_mcp_off(&self, bin: &Path, cwd: &Path) -> Result<Vec<OsString>, StartError> {
-        let fail = |message: String| StartError { code: "AGENT_PROVIDER_ERROR", message };
+        let fail = |message: String| StartError { code: code::AGENT_PROVIDER_ERROR, message };
         let (out, exit) = probe::output(bin, &["mcp", "list", "--json"], self.env(), cwd, 1024 * 1024)
             .await
             .map_err(|e| fail(format!("cannot list the operator's Codex MCP servers: {e}")))?;
@@ -158,7 +159,7 @@ impl CodexRuntime {
             expose: Vec::new(),
         })
         .await
-        .map_err(|e| StartError { code: "AGENT_PROVIDER_ERROR", message: format!("cannot start codex: {e}") })?;
+        .map_err(|e| StartError { code: code::AGENT_PROVIDER_ERROR, message: format!("cannot start codex: {e}") })?;
         let (lines_tx, lines) = mpsc::channel(256);
         let (outbox, outbox_rx) = mpsc::unbounded_channel();
         let reader = io::spawn_reader(BufReader::new(spawned.stdout), lines_tx);
