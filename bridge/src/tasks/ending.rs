@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::redact::Redactor;
-use super::runner::{Ending, Job, lifecycle, transition};
+use super::job::{Ending, Job, lifecycle, transition};
 use super::{Inner, results};
 use crate::lease::Lease;
 use crate::model::TaskStatus;

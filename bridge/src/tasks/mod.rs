@@ -24,6 +24,7 @@ use crate::store::tasks::TaskRow;
 mod ending;
 mod interact;
 pub use interact::Answer;
+mod job;
 pub mod manifest;
 pub mod paths;
 pub mod recovery;

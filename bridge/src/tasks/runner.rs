@@ -3,56 +3,22 @@
 //! the task and interaction deadlines with one timer each, and on any ending stops the
 //! provider with proof before it releases the writer lease and, on proof, the guard.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
+use super::job::{Ending, Job, lifecycle, transition};
 use super::redact::Redactor;
 use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_EVENTS_PER_TASK, MAX_TEXT_BYTES, recovery, results};
-use crate::config::RuntimeName;
 use crate::error::code;
-use crate::lease::Lease;
-use crate::model::{InteractionKind, Profile, TaskStatus};
+use crate::model::{InteractionKind, TaskStatus};
 use crate::provider::process::StopProof;
 use crate::provider::{ProviderCommand, ProviderEvent, Session, StartSpec, TurnOutcome};
-use crate::store::StoreError;
 use crate::store::events::NewEvent;
 use crate::store::interactions::NewInteraction;
-use crate::store::tasks::{TaskRow, TransitionFields};
-
-/// Everything a runner owns.
-pub(super) struct Job {
-    pub inner: Arc<Inner>,
-    pub task: TaskRow,
-    pub runtime: RuntimeName,
-    pub cwd: PathBuf,
-    pub profile: Profile,
-    pub prompt: String,
-    pub model: Option<String>,
-    pub resume_session: Option<String>,
-    pub lease: Option<Lease>,
-    pub cancel: CancellationToken,
-    pub control: mpsc::Receiver<Control>,
-}
-
-/// How the provider part ended.
-pub(super) enum Ending {
-    /// Someone else already made the task terminal (cancel, shutdown, a timer of ours).
-    AlreadyTerminal,
-    Completed(String),
-    Failed {
-        code: &'static str,
-        message: String,
-    },
-    Interrupted {
-        code: &'static str,
-        message: String,
-    },
-}
+use crate::store::tasks::TransitionFields;
 
 /// The pending interaction this runner relays.
 struct Pending {
@@ -66,23 +32,6 @@ pub(super) async fn run(mut job: Job) {
     let redactor = job.inner.redactor(&job.task.workdir_alias);
     let (ending, proof) = drive(&mut job, &redactor).await;
     super::ending::finish(job, ending, proof, &redactor).await;
-}
-
-pub(super) async fn transition(
-    inner: &Inner,
-    task_id: &str,
-    to: TaskStatus,
-    fields: TransitionFields,
-) -> Result<TaskRow, StoreError> {
-    let now = inner.clock.now_ms();
-    let id = task_id.to_owned();
-    let result = inner.store.call(move |s| s.transition(&id, to, fields, now)).await;
-    inner.changes.notify(task_id);
-    result
-}
-
-pub(super) fn lifecycle(event_type: &str, payload: Value) -> Option<NewEvent> {
-    Some(NewEvent::new(event_type, payload))
 }
 
 async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>) {

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::manifest::{self, ManifestInput, Submission};
-use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, paths, runner};
+use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, job, paths, runner};
 use crate::config::{AgentMode, RuntimeName, Workdir};
 use crate::error::{ToolError, code};
 use crate::lease::LeaseError;
@@ -224,7 +224,7 @@ impl TaskService {
                 writes: writer.then(|| workdir.alias.clone()),
             },
         );
-        let job = runner::Job {
+        let job = job::Job {
             inner: Arc::clone(inner),
             task: row.clone(),
             runtime: req.runtime,
