@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::redact::Redactor;
 use super::job::{Ending, Job, lifecycle, transition};
+use super::redact::Redactor;
 use super::{Inner, results};
 use crate::lease::Lease;
 use crate::model::TaskStatus;
@@ -100,7 +100,7 @@ async fn persist(inner: &Arc<Inner>, task_id: &str, ending: Ending, redactor: &R
                     if transition(inner, task_id, TaskStatus::Succeeded, fields).await.is_err() {
                         // The task was cancelled or interrupted meanwhile: the late result is
                         // discarded, and so is its spool file.
-                        results::delete(&inner.config.state_dir, task_id);
+                        results::delete(inner.config.state_dir.clone(), vec![task_id.to_owned()]).await;
                     }
                 }
                 Err(e) => fail(inner, task_id, e.code, e.message).await,
