@@ -33,6 +33,10 @@ pub mod results;
 mod runner;
 mod status;
 mod submit;
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod timer_tests;
 mod views;
 pub mod watch;
 
