@@ -55,10 +55,10 @@ async fn release(inner: &Arc<Inner>, task: &TaskRow, lease: Option<Lease>, proof
     if proven {
         let (alias, id) = (task.workdir_alias.clone(), task_id.clone());
         if let Err(e) = inner.store.call(move |s| s.clear_guard(&alias, &id)).await {
-            tracing::warn!(task_id, cause = %e, "cannot clear the recovery guard");
+            tracing::warn!(cause = %e, "cannot clear the recovery guard");
         }
     } else {
-        tracing::warn!(task_id, ?proof, "provider stop not proven; the workdir keeps its recovery guard");
+        tracing::warn!(?proof, "provider stop not proven; the workdir keeps its recovery guard");
         let alias = task.workdir_alias.clone();
         if let Ok(Some(guard)) = inner.store.call(move |s| s.get_guard(&alias)).await
             && guard.task_id == task_id

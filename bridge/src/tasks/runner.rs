@@ -63,7 +63,7 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
         let proof = recovery::proof_json(&session.proof_material());
         let (id, now) = (task_id.clone(), inner.clock.now_ms());
         if let Err(e) = inner.store.call(move |s| s.set_guard_proof(&id, &proof, now)).await {
-            tracing::warn!(task_id, cause = %e, "cannot record the provider in the recovery guard");
+            tracing::warn!(cause = %e, "cannot record the provider in the recovery guard");
         }
     }
     if transition(&inner, &task_id, TaskStatus::Running, TransitionFields::default()).await.is_err() {
@@ -153,7 +153,7 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                     ProviderEvent::Session(id) => {
                         let (tid, now) = (task_id.clone(), inner.clock.now_ms());
                         if let Err(e) = inner.store.call(move |s| s.set_native_session(&tid, &id, now)).await {
-                            tracing::warn!(task_id, cause = %e, "cannot record the native session");
+                            tracing::warn!(cause = %e, "cannot record the native session");
                         }
                     }
                     ProviderEvent::Event { event_type, payload } => {
@@ -255,7 +255,7 @@ async fn refuse(
     why: String,
     commands: &mpsc::Sender<ProviderCommand>,
 ) {
-    tracing::warn!(task_id, reason = ?why, "refused a provider request");
+    tracing::warn!(reason = ?why, "refused a provider request");
     record(inner, task_id, redactor, "provider.warning", json!({ "message": why }), false).await;
     let command = match kind {
         InteractionKind::Approval => {
@@ -315,7 +315,7 @@ async fn interrupt(inner: &Arc<Inner>, task_id: &str, session: &mut Session, red
         }
     };
     if tokio::time::timeout(INTERRUPT_BOUND, wait).await.is_err() {
-        tracing::warn!(task_id, "the provider did not confirm the interrupt in time; stopping it");
+        tracing::warn!("the provider did not confirm the interrupt in time; stopping it");
     }
 }
 
@@ -345,7 +345,7 @@ async fn record(
     let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
     let cap = capped.then_some(MAX_EVENTS_PER_TASK);
     if let Err(e) = inner.store.call(move |s| s.append_event(&tid, &event, cap, now)).await {
-        tracing::warn!(task_id, cause = %e, "cannot record an event");
+        tracing::warn!(cause = %e, "cannot record an event");
     }
 }
 

@@ -237,7 +237,14 @@ impl TaskService {
             cancel,
             control: control_rx,
         };
-        inner.tracker.spawn(runner::run(job));
+        // Every log line of the runner and of its provider's I/O tasks carries the task.
+        let span = tracing::info_span!(
+            "task",
+            task_id = %row.task_id,
+            runtime = req.runtime.as_str(),
+            workdir = %workdir.alias
+        );
+        inner.tracker.spawn(tracing::Instrument::instrument(runner::run(job), span));
         Ok(handle(&row, false))
     }
 
