@@ -36,8 +36,9 @@ pub(super) async fn handle(
     slot: Slot,
     limits: SocketLimits,
 ) {
-    // Every log line of the connection carries its number and (once read) its peer.
-    let span = tracing::info_span!(
+    // Every log line of the connection carries its number and (once read) its peer (the span
+    // is at error level so that it is on whatever the log level lets through).
+    let span = tracing::error_span!(
         "conn",
         n = CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1,
         pid = tracing::field::Empty,

@@ -237,8 +237,9 @@ impl TaskService {
             cancel,
             control: control_rx,
         };
-        // Every log line of the runner and of its provider's I/O tasks carries the task.
-        let span = tracing::info_span!(
+        // Every log line of the runner and of its provider's I/O tasks carries the task (the
+        // span is at error level so that it is on whatever the log level lets through).
+        let span = tracing::error_span!(
             "task",
             task_id = %row.task_id,
             runtime = req.runtime.as_str(),
