@@ -1,8 +1,9 @@
 //! The daemon's life: refuse unsafe starts, take the instance lock, open the store, reconcile
 //! what a previous bridge left, serve the socket, and shut down in order on SIGTERM/SIGINT.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +28,27 @@ use crate::tasks::TaskService;
 /// The instance lock file inside the state directory.
 pub const INSTANCE_LOCK: &str = "bridge.lock";
 
-/// Runs the daemon until a signal stops it.
-pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
+/// What start-up settles before the async runtime runs anything: the process refuses an
+/// unsafe start, holds the instance lock, and has its store open (migrated), its lock
+/// directory, its API keys and its own executable. All of it is blocking I/O, so it runs here,
+/// on the main thread, and [`run`] is handed the result.
+pub struct Prelude {
+    config: BridgeConfig,
+    uid: u32,
+    gid: u32,
+    descriptors: server::Descriptors,
+    /// Held (locked) until the bridge has stopped.
+    instance: File,
+    store: Arc<Store>,
+    leases: Leases,
+    keys: KeyCache,
+    self_exe: PathBuf,
+}
+
+/// The synchronous part of start-up, in order: root refusal, inherited descriptors made
+/// close-on-exec, `RLIMIT_NOFILE` raised and the reserve opened, the state directory, the
+/// instance lock, the child subreaper, the store, the lock directory, the API keys.
+pub fn prepare(config: BridgeConfig) -> anyhow::Result<Prelude> {
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
     if uid == 0 && !config.allow_root {
@@ -57,7 +77,7 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
         if attempts == 40 {
             bail!("another agent-bridge already runs with the state directory {}", config.state_dir.display());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::thread::sleep(Duration::from_millis(50));
     }
 
     if let Err(e) = crate::provider::process::become_subreaper() {
@@ -67,11 +87,17 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     let leases = Leases::open(&config.lock_dir).map_err(anyhow::Error::msg).context("lock directory")?;
     let keys = KeyCache::default();
     keys.reload(&store).context("cannot load API keys")?;
+    let self_exe = std::env::current_exe().context("cannot find the bridge executable")?;
+    Ok(Prelude { config, uid, gid, descriptors, instance, store, leases, keys, self_exe })
+}
+
+/// Runs the daemon, from what [`prepare`] settled, until a signal stops it.
+pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
+    let Prelude { config, uid, gid, descriptors, instance, store, leases, keys, self_exe } = prelude;
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
     let clock = Clock::System;
-    let self_exe = std::env::current_exe().context("cannot find the bridge executable")?;
     let base_env = BaseEnv::capture();
     let home = base_env.get("HOME").map(std::path::PathBuf::from);
     let (detect_config, detect_env) = (Arc::clone(&config), base_env.clone());
@@ -88,7 +114,12 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     } else {
         tracing::warn!(sandbox = %containment.operator_json(), "tasks run WITHOUT a sandbox: their processes can reach the bridge's files as your user");
     }
-    let providers = Providers::new(&config, self_exe, base_env, containment);
+    // Finding the CLIs on PATH reads file metadata.
+    let providers_config = Arc::clone(&config);
+    let providers =
+        tokio::task::spawn_blocking(move || Providers::new(&providers_config, self_exe, base_env, containment))
+            .await
+            .context("the runtime lookup did not finish")?;
     let tasks = TaskService::new(
         Arc::clone(&config),
         Arc::clone(&store),
@@ -135,7 +166,7 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
     // A peer of another user reaches the socket through the group; the bridge's own user
     // needs no group access.
     let shared_gid = (policy.uid != uid).then_some(policy.gid);
-    let listener = server::bind(&config.socket_path, shared_gid)?;
+    let listener = bind(config.socket_path.clone(), shared_gid).await?;
     if config.mcp_auth.mode == crate::config::McpAuthMode::None {
         tracing::warn!(
             principal = config.mcp_auth.tunnel_principal,
@@ -176,7 +207,11 @@ pub async fn run(config: BridgeConfig) -> anyhow::Result<()> {
             _ = signals.cancelled() => {}
         }
     });
-    let budget = descriptors.socket_budget(config.limits.max_active_tasks);
+    // Counting the open descriptors reads /proc.
+    let max_active_tasks = config.limits.max_active_tasks;
+    let budget = tokio::task::spawn_blocking(move || descriptors.socket_budget(max_active_tasks))
+        .await
+        .context("the descriptor count did not finish")?;
     let server =
         tokio::spawn(server::serve(listener, registry, policy, shutdown.clone(), config.socket_path.clone(), budget));
     shutdown.cancelled().await;
@@ -218,7 +253,7 @@ async fn start_board(
     if let Some(path) = &config.board_socket {
         // The same rules as the bridge's own socket: a private directory, a stale socket
         // replaced, a live one or a foreign file refused, mode 0600.
-        return match server::bind(path, None) {
+        return match bind(path.clone(), None).await {
             Ok(listener) => {
                 tracing::info!(socket = %path.display(), "the board is listening on a Unix socket");
                 let board = Board::new(Arc::clone(registry), Place::Unix(path.clone()), shutdown.child_token());
@@ -242,6 +277,14 @@ async fn start_board(
             None
         }
     }
+}
+
+/// Binds a Unix socket by [`server::bind`]'s rules, off the reactor (it inspects, connects
+/// to and removes files).
+async fn bind(path: PathBuf, shared_gid: Option<u32>) -> Result<tokio::net::UnixListener, server::BindError> {
+    tokio::task::spawn_blocking(move || server::bind(&path, shared_gid))
+        .await
+        .unwrap_or_else(|e| Err(server::BindError::Other(format!("the socket bind did not finish: {e}"))))
 }
 
 async fn wait_for_signal() {

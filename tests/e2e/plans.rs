@@ -214,7 +214,7 @@ async fn a_failed_step_stops_the_plan() {
 /// cancelling a plan cancels the step it runs.
 #[tokio::test]
 async fn a_busy_workdir_makes_the_plan_wait_and_cancel_stops_its_step() {
-    let b = TestBridge::start().await;
+    let mut b = TestBridge::start().await;
     let writer = b.submit("wait:2").await;
     b.wait_status(&writer, "running").await;
     let v = b.call("submit_agent_plan", plan_args(&[("one", "complete:1")])).await.unwrap();
@@ -235,8 +235,11 @@ async fn a_busy_workdir_makes_the_plan_wait_and_cancel_stops_its_step() {
     assert_eq!(b.get(&step).await["status"], "cancelled", "its step was cancelled before the call returned");
     let again = b.call("cancel_agent_plan", json!({ "plan_id": id })).await.unwrap();
     assert_eq!(again["status"], "cancelled", "repeat-safe");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(plan_of(&b, &id).await["steps"][1]["task_id"], Value::Null, "step 2 never starts");
+    // The bridge stops in order, which waits for its plan runners: one that were to start
+    // step 2 would have linked its task by then.
+    assert!(b.stop().await.success(), "{}", b.log());
+    let linked = format!("SELECT COUNT(*) FROM plan_steps WHERE plan_id = '{id}' AND task_id IS NOT NULL");
+    assert_eq!(b.db_count(&linked), 1, "step 2 never starts");
 }
 
 /// A bridge killed mid-plan: at restart the plan is `interrupted` with its step, and no step
@@ -260,7 +263,9 @@ async fn a_restart_mid_plan_never_reruns_a_step() {
     assert_eq!(p["steps"][0]["status"], "interrupted");
     assert_eq!(p["steps"][1]["status"], "not_run");
     assert_eq!(b.get(&step).await["status"], "interrupted");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The bridge stops in order, which waits for its plan runners: one that were to run a
+    // step again would have filed its task by then.
+    assert!(b.stop().await.success(), "{}", b.log());
     assert_eq!(b.fake_turns(), 1, "no step ran again");
     assert_eq!(b.task_count(), 1);
 }

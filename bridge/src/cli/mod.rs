@@ -261,7 +261,8 @@ fn serve(source: ConfigSource) -> ExitCode {
             return Exit::Failure.into();
         }
     };
-    match runtime.block_on(crate::daemon::run(config)) {
+    // The blocking part of start-up runs before the runtime runs anything.
+    match crate::daemon::prepare(config).and_then(|prelude| runtime.block_on(crate::daemon::run(prelude))) {
         Ok(()) => Exit::Ok.into(),
         Err(e) => {
             output::error(&format!("agent-bridge: {e:#}"));

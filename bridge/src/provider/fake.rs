@@ -174,8 +174,8 @@ impl FakeRuntime {
         let (commands, mut command_rx) = mpsc::channel::<ProviderCommand>(16);
         let stderr_tail = Arc::new(Mutex::new(String::new()));
 
-        let reader = tokio::spawn(read_child(BufReader::new(spawned.stdout), event_tx));
-        let writer = tokio::spawn(async move {
+        let reader = super::io::spawn(read_child(BufReader::new(spawned.stdout), event_tx));
+        let writer = super::io::spawn(async move {
             while let Some(command) = command_rx.recv().await {
                 let msg = match command {
                     ProviderCommand::Approval { native_id, decision, .. } => {

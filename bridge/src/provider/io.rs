@@ -32,13 +32,23 @@ pub enum Read {
     TooLong,
 }
 
+/// Spawns one of a provider's I/O tasks in the current span (the task's), so what it logs
+/// carries the task without repeating its id.
+pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(tracing::Instrument::in_current_span(future))
+}
+
 /// Reads stdout line by line and sends each line, parsed, to `out`; ends at EOF (the channel
 /// closing is how the driver learns the child's output ended).
 pub fn spawn_reader<R: AsyncBufRead + Unpin + Send + 'static>(
     mut reader: R,
     out: mpsc::Sender<Read>,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
+    spawn(async move {
         let mut buf = Vec::new();
         loop {
             let read = match read_line(&mut reader, &mut buf, MAX_LINE).await {
@@ -71,7 +81,7 @@ pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(
     mut stdin: W,
     mut outbox: mpsc::UnboundedReceiver<Value>,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
+    spawn(async move {
         while let Some(msg) = outbox.recv().await {
             let Ok(mut line) = serde_json::to_vec(&msg) else { continue };
             line.push(b'\n');
@@ -93,7 +103,7 @@ pub fn spawn_stderr<R: AsyncRead + Unpin + Send + 'static>(
 ) -> (JoinHandle<()>, CancellationToken) {
     let done = CancellationToken::new();
     let finished = done.clone();
-    let task = tokio::spawn(async move {
+    let task = spawn(async move {
         let _finished = finished.drop_guard();
         let mut buf = vec![0u8; 4096];
         while let Ok(n) = stderr.read(&mut buf).await {

@@ -66,7 +66,11 @@ async fn version_unredacted(bin: &Path, env: Vec<(OsString, OsString)>, parse: f
     if !bin.is_absolute() {
         return Probed::Unavailable(format!("{} is not an absolute path", bin.display()));
     }
-    match std::fs::metadata(bin) {
+    let path = bin.to_owned();
+    let metadata = tokio::task::spawn_blocking(move || std::fs::metadata(path))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    match metadata {
         Ok(m) if m.is_file() => {}
         Ok(_) => return Probed::Unavailable(format!("{} is not a file", bin.display())),
         Err(e) => return Probed::Unavailable(format!("{}: {e}", bin.display())),
@@ -162,7 +166,8 @@ fn looks_like_version(v: &str) -> bool {
         && v.chars().all(|c| c.is_ascii_alphanumeric() || ".-+".contains(c))
 }
 
-/// Finds `name` on `path` (a `PATH` value): the first executable file.
+/// Finds `name` on `path` (a `PATH` value): the first executable file (blocking: it reads file
+/// metadata).
 pub fn which(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     std::env::split_paths(path?)

@@ -7,11 +7,13 @@
 //! answered `BRIDGE_BUSY`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::slots::{Slot, State};
 use super::{PeerPolicy, SocketLimits};
@@ -23,6 +25,9 @@ use bridge_proto::framing::{Line, LineBounds, Timed, read_line_timed};
 use bridge_proto::methods::{self, CallParams, HealthParams, ListParams};
 use bridge_proto::{MAX_LINE_BYTES, codes};
 
+/// Connections accepted since the bridge started (the span's `n`).
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
 pub(super) async fn handle(
     stream: UnixStream,
     registry: Arc<Registry>,
@@ -31,7 +36,15 @@ pub(super) async fn handle(
     slot: Slot,
     limits: SocketLimits,
 ) {
-    serve(stream, &registry, policy, &stop, &slot, limits).await;
+    // Every log line of the connection carries its number and (once read) its peer (the span
+    // is at error level so that it is on whatever the log level lets through).
+    let span = tracing::error_span!(
+        "conn",
+        n = CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1,
+        pid = tracing::field::Empty,
+        uid = tracing::field::Empty
+    );
+    serve(stream, &registry, policy, &stop, &slot, limits).instrument(span).await;
     // The place in the table is freed only once the connection's descriptor is closed.
     drop(slot);
 }
@@ -51,10 +64,15 @@ async fn serve(
             return;
         }
     };
+    let span = tracing::Span::current();
+    span.record("uid", cred.uid());
+    if let Some(pid) = cred.pid() {
+        span.record("pid", pid);
+    }
     let mut peer = Peer::outside(cred.uid(), cred.gid());
     let (read, mut write) = stream.into_split();
     if !policy.allows(&peer) {
-        tracing::warn!(uid = peer.uid, gid = peer.gid, "refused a peer");
+        tracing::warn!(gid = peer.gid, "refused a peer");
         let refusal = Response::Err {
             request_id: None,
             error: ErrorBody::new(codes::PEER_NOT_AUTHORIZED, "this user may not talk to the bridge"),

@@ -172,7 +172,7 @@ pub async fn serve(
         }
     }
     drop(listener);
-    let _ = std::fs::remove_file(&socket_path);
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(socket_path)).await;
     acceptor.connections.close();
     if tokio::time::timeout(Duration::from_secs(30), acceptor.connections.wait()).await.is_err() {
         tracing::warn!("connections still open after 30 s; closing");

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::job::{Ending, Job, lifecycle, transition};
 use super::redact::Redactor;
-use super::runner::{Ending, Job, lifecycle, transition};
 use super::{Inner, results};
 use crate::lease::Lease;
 use crate::model::{ResultStorage, TaskStatus};
@@ -55,10 +55,10 @@ async fn release(inner: &Arc<Inner>, task: &TaskRow, lease: Option<Lease>, proof
     if proven {
         let (alias, id) = (task.workdir_alias.clone(), task_id.clone());
         if let Err(e) = inner.store.call(move |s| s.clear_guard(&alias, &id)).await {
-            tracing::warn!(task_id, cause = %e, "cannot clear the recovery guard");
+            tracing::warn!(cause = %e, "cannot clear the recovery guard");
         }
     } else {
-        tracing::warn!(task_id, ?proof, "provider stop not proven; the workdir keeps its recovery guard");
+        tracing::warn!(?proof, "provider stop not proven; the workdir keeps its recovery guard");
         let alias = task.workdir_alias.clone();
         if let Ok(Some(guard)) = inner.store.call(move |s| s.get_guard(&alias)).await
             && guard.task_id == task_id
@@ -100,7 +100,7 @@ async fn persist(inner: &Arc<Inner>, task_id: &str, ending: Ending, redactor: &R
                     if transition(inner, task_id, TaskStatus::Succeeded, fields).await.is_err() {
                         // The task was cancelled or interrupted meanwhile: the late result is
                         // discarded, and so is its spool file.
-                        results::delete(&inner.config.state_dir, task_id);
+                        results::delete(inner.config.state_dir.clone(), vec![task_id.to_owned()]).await;
                     }
                 }
                 Err(e) => fail(inner, task_id, e.code, e.message).await,

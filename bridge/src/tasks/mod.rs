@@ -24,6 +24,7 @@ use crate::store::tasks::TaskRow;
 mod ending;
 mod interact;
 pub use interact::Answer;
+mod job;
 pub mod manifest;
 pub mod paths;
 pub mod recovery;
@@ -32,6 +33,10 @@ pub mod results;
 mod runner;
 mod status;
 mod submit;
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod timer_tests;
 mod views;
 pub mod watch;
 

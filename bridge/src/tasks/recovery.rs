@@ -131,12 +131,14 @@ impl Inner {
         let cutoff = self.clock.now_ms() - (self.config.limits.retention_hours as i64).saturating_mul(3_600_000);
         match self.store.call(move |s| s.delete_expired(cutoff)).await {
             Ok(deleted) => {
+                let mut spooled = Vec::new();
                 for (task_id, storage) in deleted {
-                    if storage == Some(ResultStorage::Spool) {
-                        results::delete(&self.config.state_dir, &task_id);
-                    }
                     tracing::debug!(task_id, "retention removed a task");
+                    if storage == Some(ResultStorage::Spool) {
+                        spooled.push(task_id);
+                    }
                 }
+                results::delete(self.config.state_dir.clone(), spooled).await;
             }
             Err(e) => tracing::warn!(cause = %e, "retention pass failed"),
         }
@@ -316,16 +318,8 @@ impl TaskService {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use tokio_util::sync::CancellationToken;
-
     use super::*;
     use crate::clock::Clock;
-    use crate::lease::Leases;
-    use crate::provider::Providers;
-    use crate::provider::env::BaseEnv;
-    use crate::store::Store;
     use crate::store::tasks::TransitionFields;
     use crate::tasks::TaskService;
 
@@ -334,28 +328,7 @@ mod tests {
     }
 
     fn service_with(root: &std::path::Path, clock: Clock) -> TaskService {
-        std::fs::create_dir_all(root.join("repo")).unwrap();
-        let mut env = format!(
-            "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={root}/run\nSERVERFS_AGENT_LOCK_HOST_DIR={root}/locks\n\
-             SERVERFS_AGENT_BRIDGE_STATE_DIR={root}/state\nSERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true\n\
-             WORKDIR_01_ALIAS=repo\nWORKDIR_01_PATH={root}/repo\nWORKDIR_01_READ_ONLY=false\n\
-             WORKDIR_01_AGENT_MODE=workspace-write\nWORKDIR_01_AGENT_RUNTIMES=fake\n",
-            root = root.display()
-        );
-        if nix::unistd::geteuid().is_root() {
-            env.push_str("SERVERFS_AGENT_ALLOW_ROOT=true\n");
-        }
-        std::fs::write(root.join("bridge.env"), env).unwrap();
-        let config = crate::config::env::from_env_file(&root.join("bridge.env")).unwrap().config;
-        let store = Arc::new(Store::open(&config.state_dir).unwrap());
-        let leases = Leases::open(&config.lock_dir).unwrap();
-        let providers = Providers::new(
-            &config,
-            std::env::current_exe().unwrap(),
-            BaseEnv::from_vars(Vec::new()),
-            crate::provider::sandbox::Containment::none(crate::config::SandboxMode::Off, "a unit test"),
-        );
-        TaskService::new(Arc::new(config), store, clock, providers, leases, CancellationToken::new(), None)
+        crate::tasks::testing::service(root, clock, "")
     }
 
     /// Retention on a paused clock: nothing goes before 168 h; after, the whole unit of an

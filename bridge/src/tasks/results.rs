@@ -155,9 +155,17 @@ pub fn read_chunk(
     }))
 }
 
-/// Deletes a task's spool file if present.
-pub fn delete(state_dir: &Path, task_id: &str) {
-    let _ = std::fs::remove_file(spool_path(state_dir, task_id));
+/// Deletes these tasks' spool files, those present, off the reactor.
+pub async fn delete(state_dir: PathBuf, task_ids: Vec<String>) {
+    if task_ids.is_empty() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for task_id in task_ids {
+            let _ = std::fs::remove_file(spool_path(&state_dir, &task_id));
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

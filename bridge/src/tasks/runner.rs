@@ -3,56 +3,22 @@
 //! the task and interaction deadlines with one timer each, and on any ending stops the
 //! provider with proof before it releases the writer lease and, on proof, the guard.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
+use super::job::{Ending, Job, lifecycle, transition};
 use super::redact::Redactor;
 use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_EVENTS_PER_TASK, MAX_TEXT_BYTES, recovery, results};
-use crate::config::RuntimeName;
 use crate::error::code;
-use crate::lease::Lease;
-use crate::model::{InteractionKind, Profile, TaskStatus};
+use crate::model::{InteractionKind, TaskStatus};
 use crate::provider::process::StopProof;
 use crate::provider::{ProviderCommand, ProviderEvent, Session, StartSpec, TurnOutcome};
-use crate::store::StoreError;
 use crate::store::events::NewEvent;
 use crate::store::interactions::NewInteraction;
-use crate::store::tasks::{TaskRow, TransitionFields};
-
-/// Everything a runner owns.
-pub(super) struct Job {
-    pub inner: Arc<Inner>,
-    pub task: TaskRow,
-    pub runtime: RuntimeName,
-    pub cwd: PathBuf,
-    pub profile: Profile,
-    pub prompt: String,
-    pub model: Option<String>,
-    pub resume_session: Option<String>,
-    pub lease: Option<Lease>,
-    pub cancel: CancellationToken,
-    pub control: mpsc::Receiver<Control>,
-}
-
-/// How the provider part ended.
-pub(super) enum Ending {
-    /// Someone else already made the task terminal (cancel, shutdown, a timer of ours).
-    AlreadyTerminal,
-    Completed(String),
-    Failed {
-        code: &'static str,
-        message: String,
-    },
-    Interrupted {
-        code: &'static str,
-        message: String,
-    },
-}
+use crate::store::tasks::TransitionFields;
 
 /// The pending interaction this runner relays.
 struct Pending {
@@ -66,23 +32,6 @@ pub(super) async fn run(mut job: Job) {
     let redactor = job.inner.redactor(&job.task.workdir_alias);
     let (ending, proof) = drive(&mut job, &redactor).await;
     super::ending::finish(job, ending, proof, &redactor).await;
-}
-
-pub(super) async fn transition(
-    inner: &Inner,
-    task_id: &str,
-    to: TaskStatus,
-    fields: TransitionFields,
-) -> Result<TaskRow, StoreError> {
-    let now = inner.clock.now_ms();
-    let id = task_id.to_owned();
-    let result = inner.store.call(move |s| s.transition(&id, to, fields, now)).await;
-    inner.changes.notify(task_id);
-    result
-}
-
-pub(super) fn lifecycle(event_type: &str, payload: Value) -> Option<NewEvent> {
-    Some(NewEvent::new(event_type, payload))
 }
 
 async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>) {
@@ -114,7 +63,7 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
         let proof = recovery::proof_json(&session.proof_material());
         let (id, now) = (task_id.clone(), inner.clock.now_ms());
         if let Err(e) = inner.store.call(move |s| s.set_guard_proof(&id, &proof, now)).await {
-            tracing::warn!(task_id, cause = %e, "cannot record the provider in the recovery guard");
+            tracing::warn!(cause = %e, "cannot record the provider in the recovery guard");
         }
     }
     if transition(&inner, &task_id, TaskStatus::Running, TransitionFields::default()).await.is_err() {
@@ -204,7 +153,7 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                     ProviderEvent::Session(id) => {
                         let (tid, now) = (task_id.clone(), inner.clock.now_ms());
                         if let Err(e) = inner.store.call(move |s| s.set_native_session(&tid, &id, now)).await {
-                            tracing::warn!(task_id, cause = %e, "cannot record the native session");
+                            tracing::warn!(cause = %e, "cannot record the native session");
                         }
                     }
                     ProviderEvent::Event { event_type, payload } => {
@@ -306,7 +255,7 @@ async fn refuse(
     why: String,
     commands: &mpsc::Sender<ProviderCommand>,
 ) {
-    tracing::warn!(task_id, reason = ?why, "refused a provider request");
+    tracing::warn!(reason = ?why, "refused a provider request");
     record(inner, task_id, redactor, "provider.warning", json!({ "message": why }), false).await;
     let command = match kind {
         InteractionKind::Approval => {
@@ -366,7 +315,7 @@ async fn interrupt(inner: &Arc<Inner>, task_id: &str, session: &mut Session, red
         }
     };
     if tokio::time::timeout(INTERRUPT_BOUND, wait).await.is_err() {
-        tracing::warn!(task_id, "the provider did not confirm the interrupt in time; stopping it");
+        tracing::warn!("the provider did not confirm the interrupt in time; stopping it");
     }
 }
 
@@ -396,7 +345,7 @@ async fn record(
     let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
     let cap = capped.then_some(MAX_EVENTS_PER_TASK);
     if let Err(e) = inner.store.call(move |s| s.append_event(&tid, &event, cap, now)).await {
-        tracing::warn!(task_id, cause = %e, "cannot record an event");
+        tracing::warn!(cause = %e, "cannot record an event");
     }
 }
 

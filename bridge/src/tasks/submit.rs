@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::manifest::{self, ManifestInput, Submission};
-use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, paths, runner};
+use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, job, paths, runner};
 use crate::config::{AgentMode, RuntimeName, Workdir};
 use crate::error::{ToolError, code};
 use crate::lease::LeaseError;
@@ -224,7 +224,7 @@ impl TaskService {
                 writes: writer.then(|| workdir.alias.clone()),
             },
         );
-        let job = runner::Job {
+        let job = job::Job {
             inner: Arc::clone(inner),
             task: row.clone(),
             runtime: req.runtime,
@@ -237,7 +237,15 @@ impl TaskService {
             cancel,
             control: control_rx,
         };
-        inner.tracker.spawn(runner::run(job));
+        // Every log line of the runner and of its provider's I/O tasks carries the task (the
+        // span is at error level so that it is on whatever the log level lets through).
+        let span = tracing::error_span!(
+            "task",
+            task_id = %row.task_id,
+            runtime = req.runtime.as_str(),
+            workdir = %workdir.alias
+        );
+        inner.tracker.spawn(tracing::Instrument::instrument(runner::run(job), span));
         Ok(handle(&row, false))
     }
 

@@ -147,7 +147,7 @@ impl ClaudeRuntime {
         let (event_tx, events) = mpsc::channel(256);
         let (commands, command_rx) = mpsc::channel(16);
         let driver = driver::Driver { lines, outbox, commands: command_rx, events: event_tx, stderr_done, spec };
-        let run = tokio::spawn(driver.run());
+        let run = super::io::spawn(driver.run());
         Ok(Session {
             events,
             commands,

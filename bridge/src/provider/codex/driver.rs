@@ -287,7 +287,7 @@ impl Driver {
                     "input": [{ "type": "text", "text": text, "text_elements": [] }],
                 });
                 let (rpc, events) = (self.rpc.clone(), self.events.clone());
-                tokio::spawn(async move {
+                crate::provider::io::spawn(async move {
                     if let Err(e) = rpc.call("turn/steer", params, STARTUP_BOUND).await {
                         let payload = json!({ "message": format!("the steering message was not delivered: {e}") });
                         let _ = events
@@ -300,7 +300,7 @@ impl Driver {
                 turn.interrupted = true;
                 let params = json!({ "threadId": turn.thread_id, "turnId": turn.turn_id });
                 let rpc = self.rpc.clone();
-                tokio::spawn(async move {
+                crate::provider::io::spawn(async move {
                     if let Err(e) = rpc.call("turn/interrupt", params, STARTUP_BOUND).await {
                         tracing::debug!(cause = %e, "turn/interrupt failed");
                     }

@@ -192,7 +192,7 @@ impl CodexRuntime {
             stderr_done: ch.stderr_done,
             spec,
         };
-        session.io_tasks.push(tokio::spawn(driver.run()));
+        session.io_tasks.push(super::io::spawn(driver.run()));
         Ok(session)
     }
 

@@ -122,7 +122,7 @@ impl Rpc {
         let waiters: Waiters = Arc::new(Mutex::new(Some(HashMap::new())));
         let (incoming_tx, incoming) = mpsc::unbounded_channel();
         let table = Arc::clone(&waiters);
-        let router = tokio::spawn(async move {
+        let router = crate::provider::io::spawn(async move {
             while let Some(read) = lines.recv().await {
                 let other = match read {
                     Read::Json(msg) => match classify(msg) {
