@@ -8,9 +8,10 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
+use super::call::{Failure, call, listing, s, show};
 use super::{Exit, Target, output};
 use bridge_proto::client::{CallError, Client};
-use bridge_proto::methods::{self, CallParams, Surface};
+use bridge_proto::methods;
 
 /// `agent-bridge keys …`
 #[derive(Debug, Subcommand)]
@@ -235,38 +236,6 @@ fn socket_path(target: &Target) -> Result<PathBuf, String> {
     }
     crate::config::default_socket_path().map_err(|r| r.to_string())
 }
-
-pub(super) enum Failure {
-    /// Bad usage.
-    Usage(String),
-    /// A refused or failed call.
-    Call(CallError),
-}
-
-impl From<CallError> for Failure {
-    fn from(e: CallError) -> Failure {
-        Failure::Call(e)
-    }
-}
-
-pub(super) async fn call(client: &Client, name: &str, arguments: Value) -> Result<Value, Failure> {
-    let Value::Object(arguments) = arguments else { return Err(Failure::Usage("arguments must be an object".into())) };
-    let params = CallParams { credential: None, surface: Surface::Cli, client: None, name: name.to_owned(), arguments };
-    let Value::Object(params) = serde_json::to_value(params).unwrap_or_default() else {
-        return Err(Failure::Usage("bad params".into()));
-    };
-    Ok(client.call(methods::CAPABILITIES_CALL, params).await?)
-}
-
-pub(super) fn show(json_mode: bool, value: &Value, text: impl FnOnce(&Value) -> String) {
-    if json_mode {
-        output::json(value);
-    } else {
-        output::line(&text(value));
-    }
-}
-
-pub(super) use super::output::{cell as s, listing};
 
 async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(), Failure> {
     match action {
