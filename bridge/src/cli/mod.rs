@@ -14,6 +14,7 @@ mod client;
 mod doctor;
 mod output;
 mod plans;
+mod tasks;
 
 /// Exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
