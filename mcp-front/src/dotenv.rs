@@ -4,7 +4,9 @@
 //! catalog, typos, duplicates). The front reads the same file for five keys only, so this
 //! reader accepts the same syntax (`KEY=VALUE`, `#` comments, single quotes taken literally,
 //! double quotes with `\"`, `\\` and `\n`, an inline comment after whitespace) and refuses what
-//! it cannot read, naming the line and never quoting a value. It is deliberately not shared
+//! it cannot read, naming the line and never quoting a value. It accepts exactly the files the
+//! bridge's parser accepts, a duplicate key included (refused), with the same values: the e2e
+//! crate's `dotenv` test compares the two on generated files. It is deliberately not shared
 //! with the bridge through `bridge-proto`: that crate is the socket protocol, and the front
 //! must not depend on the bridge (ARCHITECTURE invariant 1).
 
@@ -20,11 +22,12 @@ pub struct DotenvError {
     pub message: String,
 }
 
-/// Parses a `.env` file into its assignments (the last one wins, as the bridge refuses
-/// duplicates anyway).
+/// Parses a `.env` file into its assignments; a key set twice is refused, as the bridge
+/// refuses it.
 pub fn parse(input: &[u8]) -> Result<HashMap<String, String>, DotenvError> {
     let input = input.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(input);
     let mut out = HashMap::new();
+    let mut first_line_of: HashMap<String, usize> = HashMap::new();
     for (index, raw) in input.split(|&b| b == b'\n').enumerate() {
         let line = index + 1;
         let err = |message: &str| DotenvError { line, message: message.to_owned() };
@@ -34,14 +37,22 @@ pub fn parse(input: &[u8]) -> Result<HashMap<String, String>, DotenvError> {
         if text.trim_end_matches([' ', '\t']).is_empty() || text.starts_with('#') {
             continue;
         }
+        // As the bridge: `export` and whitespace is the refused prefix, even before `=`.
+        if text.strip_prefix("export").is_some_and(|rest| rest.starts_with([' ', '\t'])) {
+            return Err(err("the `export` prefix is not supported"));
+        }
         let (key, value) = text.split_once('=').ok_or_else(|| err("expected KEY=VALUE"))?;
         let key = key.trim_end_matches([' ', '\t']);
         let valid_key = key.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
             && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !valid_key {
-            return Err(err("invalid key (the `export` prefix is not supported)"));
+            return Err(err("invalid key: a key is letters, digits and underscores, and does not start with a digit"));
         }
         let value = parse_value(value).map_err(err)?;
+        if let Some(first) = first_line_of.get(key) {
+            return Err(err(&format!("duplicate key (first set on line {first})")));
+        }
+        first_line_of.insert(key.to_owned(), line);
         out.insert(key.to_owned(), value);
     }
     Ok(out)
@@ -114,7 +125,14 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_read_without_quoting_the_value() {
-        for (input, line) in [("A=1\nexport B=2\n", 2), ("A='secret\n", 1), ("A=\"secret\"x\n", 1), ("nope\n", 1)] {
+        for (input, line) in [
+            ("A=1\nexport B=2\n", 2),
+            ("A='secret\n", 1),
+            ("A=\"secret\"x\n", 1),
+            ("nope\n", 1),
+            ("A=1\n\nA=secret\n", 3),
+            ("export =secret\n", 1),
+        ] {
             let e = parse(input.as_bytes()).unwrap_err();
             assert_eq!(e.line, line, "{input:?}");
             assert!(!e.to_string().contains("secret"), "{e}");

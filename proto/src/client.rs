@@ -1,6 +1,16 @@
-//! A small client for the bridge socket: one connection, sequential calls.
+//! The client side of the bridge socket, shared by the bridge's CLI, `mcp-front` and the tests:
+//! a [`Connection`] (connect, one request line, a bounded read of the answer, the envelope
+//! parsed), a [`Client`] that opens one connection per call, and a [`Pool`] that keeps
+//! connections open between calls. Every call of the last two is bounded by one timeout,
+//! connecting included.
+//!
+//! Reusing connections is transport, not state: a connection carries no session, credential
+//! or context (every request carries its own), and the bridge serves requests on one
+//! connection in order.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -126,17 +136,85 @@ impl Client {
 
     /// Calls `method` with `params` on a fresh connection.
     pub async fn call(&self, method: &str, params: Map<String, Value>) -> Result<Value, CallError> {
-        let work = async {
+        within(self.timeout, async {
             let mut conn = Connection::connect(&self.socket).await?;
             conn.call(method, params).await
-        };
-        match tokio::time::timeout(self.timeout, work).await {
-            Ok(result) => result,
-            Err(_) => Err(CallError::Unavailable(format!(
-                "no answer from the bridge within {} s",
-                self.timeout.as_secs_f64()
-            ))),
+        })
+        .await
+    }
+}
+
+/// Runs one call, connecting included, within `timeout`; past it the bridge is unavailable.
+async fn within(timeout: Duration, work: impl Future<Output = Result<Value, CallError>>) -> Result<Value, CallError> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(CallError::Unavailable(format!("no answer from the bridge within {} s", timeout.as_secs_f64()))),
+    }
+}
+
+/// Idle connections a [`Pool`] keeps at most (more concurrent calls open more, then close the
+/// surplus).
+const MAX_IDLE: usize = 64;
+
+/// A client that keeps connections open between calls (the front: opening a Unix connection
+/// per call cost it about a quarter of its throughput in the load benchmark).
+///
+/// A connection that failed or timed out is dropped, never reused; one that the bridge closed
+/// while idle (a restart) is detected on use and the call goes once more on a fresh connection.
+pub struct Pool {
+    socket: PathBuf,
+    timeout: Duration,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Pool {
+    /// A pool for the socket at `socket`; a call (connecting included) must finish within
+    /// `timeout`.
+    pub fn new(socket: impl Into<PathBuf>, timeout: Duration) -> Pool {
+        Pool { socket: socket.into(), timeout, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Calls `method` with `params`.
+    pub async fn call(&self, method: &str, params: Map<String, Value>) -> Result<Value, CallError> {
+        within(self.timeout, async {
+            if let Some(conn) = self.take_idle() {
+                match self.call_on(conn, method, params.clone()).await {
+                    // The bridge closed this idle connection (it restarted or stopped): the
+                    // request was never read, so it goes once more on a fresh connection.
+                    Err(CallError::Unavailable(_)) => {}
+                    other => return other,
+                }
+            }
+            let conn = Connection::connect(&self.socket).await?;
+            self.call_on(conn, method, params).await
+        })
+        .await
+    }
+
+    async fn call_on(
+        &self,
+        mut conn: Connection,
+        method: &str,
+        params: Map<String, Value>,
+    ) -> Result<Value, CallError> {
+        let result = conn.call(method, params).await;
+        // An answer (a result or the bridge's own refusal) leaves the connection in step.
+        if matches!(result, Ok(_) | Err(CallError::Remote { .. })) {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
         }
+        result
+    }
+
+    fn take_idle(&self) -> Option<Connection> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 }
 
@@ -162,5 +240,74 @@ mod tests {
         let err = conn.call("bridge.health", Map::new()).await.unwrap_err();
         let _ = std::fs::remove_file(&path);
         assert_eq!(err.code(), codes::PEER_NOT_AUTHORIZED, "{err}");
+    }
+
+    /// A bridge that answers `answers_per_connection` requests on each connection, then closes
+    /// it; returns how many connections it accepted.
+    async fn answering_bridge(path: &Path, connections: usize, answers_per_connection: usize) -> usize {
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        for _ in 0..connections {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut reader = BufReader::new(stream);
+            let mut buf = Vec::new();
+            for _ in 0..answers_per_connection {
+                if read_line(&mut reader, &mut buf, MAX_LINE_BYTES).await.unwrap() != Line::Complete {
+                    break;
+                }
+                let request = Request::parse(&buf).unwrap();
+                let answer = Response::Ok { request_id: request.request_id, result: Value::from(request.method) };
+                reader.get_mut().write_all(&answer.to_line()).await.unwrap();
+            }
+        }
+        connections
+    }
+
+    #[tokio::test]
+    async fn a_pool_reuses_its_connection_and_retries_once_when_the_bridge_closed_it() {
+        let path = std::env::temp_dir().join(format!("bridge-proto-pool-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        // Two connections: the first answers twice and is then closed by the bridge (a restart).
+        let server = tokio::spawn({
+            let path = path.clone();
+            async move { answering_bridge(&path, 2, 2).await }
+        });
+        while !path.exists() {
+            tokio::task::yield_now().await;
+        }
+        let pool = Pool::new(&path, Duration::from_secs(10));
+        assert_eq!(pool.call("one", Map::new()).await.unwrap(), "one");
+        assert_eq!(pool.call("two", Map::new()).await.unwrap(), "two", "the same connection, kept open");
+        // The idle connection is closed now: the call goes once more on a fresh one.
+        assert_eq!(pool.call("three", Map::new()).await.unwrap(), "three");
+        assert_eq!(pool.call("four", Map::new()).await.unwrap(), "four");
+        // Four calls on two connections: the bridge accepted no third one.
+        assert_eq!(server.await.unwrap(), 2);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test]
+    async fn a_call_past_its_timeout_is_unavailable() {
+        let path = std::env::temp_dir().join(format!("bridge-proto-silent-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        // A bridge that accepts and never answers.
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            std::future::pending::<()>().await;
+            drop(stream);
+        });
+        for result in [
+            Client::new(&path, Duration::from_millis(50)).call("bridge.health", Map::new()).await,
+            Pool::new(&path, Duration::from_millis(50)).call("bridge.health", Map::new()).await,
+        ] {
+            match result {
+                Err(CallError::Unavailable(message)) => {
+                    assert_eq!(message, "no answer from the bridge within 0.05 s")
+                }
+                other => panic!("expected a timeout, got {other:?}"),
+            }
+        }
+        server.abort();
+        let _ = std::fs::remove_file(&path);
     }
 }

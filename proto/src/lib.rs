@@ -2,7 +2,8 @@
 //!
 //! One request and one response per line of JSON over a Unix stream socket (DESIGN §5).
 //! This crate owns the envelope (exact key sets), the stable error codes, the bounded line
-//! framing and a small client. It knows nothing of tools: tool names, schemas and results are
+//! framing and the one client of the socket (a connection per call, or pooled). It knows
+//! nothing of tools: tool names, schemas and results are
 //! opaque JSON that the bridge's registry defines.
 
 pub mod client;

@@ -5,7 +5,7 @@
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::client::{Failure, call, listing, show};
+use super::call::{Failure, call, listing, show};
 use bridge_proto::client::Client;
 
 /// `agent-bridge audit …`

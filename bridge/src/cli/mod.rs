@@ -9,10 +9,12 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod audit;
+mod call;
 mod client;
 mod doctor;
 mod output;
 mod plans;
+mod tasks;
 
 /// Exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::{Failure, call, listing, s, show};
+use super::call::{Failure, call, listing, s, show};
 use bridge_proto::client::Client;
 
 /// `agent-bridge plans …`

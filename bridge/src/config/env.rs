@@ -7,47 +7,19 @@
 //! as ignored otherwise. No message ever shows the value of a secret-looking key.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::RuntimeBinary;
 use super::dotenv::{self, Entry};
 use super::keys::{self, Owner};
 pub use super::refusals::{Refusal, Refusals};
 pub use super::report::{EnvReport, IgnoredKey, IgnoredKind, OtherSettings};
+pub use super::values::Context;
 use super::values::{MAX_HOURS, MAX_SECONDS, Reader, shown};
 use super::workdirs::{self, GlobalPolicy};
 use super::{
     BridgeConfig, Limits, LogLevel, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role, SandboxMode, SandboxSettings,
 };
-
-/// Where the values are read: what `~/` means and who the bridge runs as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Context {
-    /// The directory `~/` expands to.
-    pub home: PathBuf,
-    /// The bridge's own uid.
-    pub uid: u32,
-    /// The bridge's own gid.
-    pub gid: u32,
-}
-
-impl Context {
-    /// The running process's context: `HOME` (or the password database) and its own ids.
-    pub fn current() -> Result<Context, Refusals> {
-        let uid = nix::unistd::getuid();
-        let gid = nix::unistd::getgid().as_raw();
-        let from_env = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-        let home = from_env.or_else(|| nix::unistd::User::from_uid(uid).ok().flatten().map(|user| user.dir));
-        match home {
-            Some(home) => Ok(Context { home, uid: uid.as_raw(), gid }),
-            None => Err(Refusals::single(
-                None,
-                "cannot tell the home directory: HOME is unset or relative and the \
-                 password database has no entry for this user",
-            )),
-        }
-    }
-}
 
 /// Reads, parses and validates a `.env` file in the running process's [`Context`].
 pub fn from_env_file(path: &Path) -> Result<EnvReport, Refusals> {

@@ -1,4 +1,5 @@
 //! Typed reads of `.env` values: each getter parses one key and records a refusal on failure.
+//! The [`Context`] they are read in (what `~/` means, who the bridge runs as) lives here too.
 //!
 //! An empty or absent key takes its default from the catalog in [`super::keys`], so defaults
 //! are written in one place. A getter returns `None` when the value is refused; callers then
@@ -8,7 +9,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::env::Context;
 use super::keys;
 use super::refusals::Refusals;
 
@@ -18,6 +18,35 @@ pub(super) const MAX_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
 /// The longest retention, in hours (ten years).
 pub(super) const MAX_HOURS: u64 = MAX_SECONDS / 3600;
+
+/// Where the values are read: what `~/` means and who the bridge runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    /// The directory `~/` expands to.
+    pub home: PathBuf,
+    /// The bridge's own uid.
+    pub uid: u32,
+    /// The bridge's own gid.
+    pub gid: u32,
+}
+
+impl Context {
+    /// The running process's context: `HOME` (or the password database) and its own ids.
+    pub fn current() -> Result<Context, Refusals> {
+        let uid = nix::unistd::getuid();
+        let gid = nix::unistd::getgid().as_raw();
+        let from_env = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+        let home = from_env.or_else(|| nix::unistd::User::from_uid(uid).ok().flatten().map(|user| user.dir));
+        match home {
+            Some(home) => Ok(Context { home, uid: uid.as_raw(), gid }),
+            None => Err(Refusals::single(
+                None,
+                "cannot tell the home directory: HOME is unset or relative and the \
+                 password database has no entry for this user",
+            )),
+        }
+    }
+}
 
 /// The `.env` values being validated, with the refusals found so far.
 pub(super) struct Reader<'a> {

@@ -1,0 +1,118 @@
+//! Test harness for the end-to-end suite: starts the real `agent-bridge` binary on a
+//! temporary socket with a temporary state, waits until it answers, and talks to it over the
+//! real socket protocol.
+//!
+//! [`bridge`] starts and stops the process, [`calls`] speaks to it, [`store`] reads what it
+//! left on disk, [`procs`] reads `/proc`; [`front`] does the same for `mcp-front`, [`model`]
+//! and [`real`] serve the real agent CLIs, [`browser`] drives the board. Everything the suites
+//! use directly is re-exported here (`e2e::TestBridge`, `e2e::poll_until`, …).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub mod bridge;
+pub mod browser;
+pub mod calls;
+pub mod front;
+pub mod model;
+pub mod procs;
+pub mod real;
+pub mod store;
+
+pub use bridge::{Options, TestBridge, base_env};
+pub use calls::{code, error_of, event_types};
+pub use procs::{
+    alive, child_pids, comm, environ_has, marker_pids, read_environ, start_ticks, state_and_parent, zombie_children,
+};
+
+/// The `agent-bridge` executable under test: `AGENT_BRIDGE_BIN`, or the one cargo built next
+/// to this test binary.
+pub fn bridge_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("AGENT_BRIDGE_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    let dir = exe.parent().and_then(Path::parent).expect("the test binary lives in target/<profile>/deps");
+    let bin = dir.join("agent-bridge");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the suite with `cargo test --workspace` (which builds it) or set AGENT_BRIDGE_BIN",
+        bin.display()
+    );
+    static FRESH: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    FRESH.get_or_init(|| assert_fresh(&bin));
+    bin
+}
+
+/// Fails when a source file of the bridge is newer than the binary next to the tests:
+/// `cargo test -p e2e` (or `--test e2e`) does not rebuild `agent-bridge`, and a stale binary
+/// would silently test old code.
+fn assert_fresh(bin: &Path) {
+    assert_fresh_from(bin, &["bridge/src", "proto/src"]);
+}
+
+/// Fails when a `.rs` file under one of `dirs` (relative to the workspace) is newer than `bin`.
+pub fn assert_fresh_from(bin: &Path, dirs: &[&str]) {
+    fn newest(dir: &Path, newest_seen: &mut Option<(std::time::SystemTime, PathBuf)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                newest(&path, newest_seen);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && let Ok(modified) = entry.metadata().and_then(|m| m.modified())
+                && newest_seen.as_ref().is_none_or(|(t, _)| modified > *t)
+            {
+                *newest_seen = Some((modified, path));
+            }
+        }
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
+    let mut newest_source = None;
+    for dir in dirs {
+        newest(&workspace.join(dir), &mut newest_source);
+    }
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).expect("the binary's mtime");
+    if let Some((modified, source)) = newest_source {
+        assert!(
+            modified <= built,
+            "{} is older than {}: build it first (`cargo build --workspace`, or run `cargo test --workspace`)",
+            bin.display(),
+            source.display()
+        );
+    }
+}
+
+/// Bounded polling, for conditions no event announces (a lock file released, a row deleted,
+/// a file written by a child): checks `check` every 20 ms until it holds; panics with `what`
+/// after `limit`.
+pub async fn poll_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: still not true after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Bounded polling of an asynchronous condition (see [`poll_until`]).
+pub async fn poll_until_async<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Prints a measurement a test makes (a duration, a count) on stderr: shown with
+/// `--nocapture` (or when the test fails), for the figures a reviewer asks about.
+#[allow(clippy::print_stderr)]
+pub fn measured(what: std::fmt::Arguments<'_>) {
+    eprintln!("measured: {what}");
+}
