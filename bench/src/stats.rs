@@ -205,12 +205,13 @@ pub fn verdict(tally: &Tally, samples: &[Sample], limits: &Limits, elapsed: Dura
         format!("RSS {}-{}s", end.at.saturating_sub(LEVEL_WINDOW).as_secs(), end.at.as_secs()),
         "ratio",
         "peak KiB",
-        format!("fds@{}s", base.at.as_secs()),
-        format!("fds@{}s", end.at.as_secs()),
+        format!("fds {}-{}s", base.at.as_secs(), (base.at + LEVEL_WINDOW).as_secs()),
+        format!("fds {}-{}s", end.at.saturating_sub(LEVEL_WINDOW).as_secs(), end.at.as_secs()),
         "peak",
         "fd slack"
     );
-    // RSS levels: means over a window after the reference time and over the run's last window.
+    // RSS and descriptor levels: means over a window after the reference time and over the
+    // run's last window (the kept-alive idle connections, opened together, time out together).
     let (from, last) = (base.at, end.at + Duration::from_millis(1));
     let base_rss = |f: fn(&Sample) -> u64| level(samples, from, from + LEVEL_WINDOW, f).unwrap_or(0);
     let end_rss = |f: fn(&Sample) -> u64| level(samples, last.saturating_sub(LEVEL_WINDOW), last, f).unwrap_or(0);
@@ -218,7 +219,7 @@ pub fn verdict(tally: &Tally, samples: &[Sample], limits: &Limits, elapsed: Dura
         (
             "bridge",
             (base_rss(|s| s.bridge.rss_kib), end_rss(|s| s.bridge.rss_kib)),
-            (base.bridge.fds, end.bridge.fds),
+            (base_rss(|s| s.bridge.fds), end_rss(|s| s.bridge.fds)),
             peak(|s| s.bridge.rss_kib),
             peak(|s| s.bridge.fds),
             limits.bridge_fd_slack,
@@ -226,7 +227,7 @@ pub fn verdict(tally: &Tally, samples: &[Sample], limits: &Limits, elapsed: Dura
         (
             "front",
             (base_rss(|s| s.front.rss_kib), end_rss(|s| s.front.rss_kib)),
-            (base.front.fds, end.front.fds),
+            (base_rss(|s| s.front.fds), end_rss(|s| s.front.fds)),
             peak(|s| s.front.rss_kib),
             peak(|s| s.front.fds),
             limits.front_fd_slack,
@@ -300,6 +301,19 @@ mod tests {
         let grown = [sample(30, 1000, 60), sample(120, 1200, 71)];
         let (_, reasons) = verdict(&passing_tally(), &grown, &limits(), Duration::from_secs(120));
         assert_eq!(reasons.len(), 4, "RSS and fds of both: {reasons:?}");
+    }
+
+    #[test]
+    fn descriptor_levels_are_window_means_like_rss() {
+        // The reference sample falls in a trough (a batch of idle connections timed out
+        // together): the window's mean is the level, so the steady end is no growth...
+        let trough = [sample(30, 1000, 40), sample(40, 1000, 70), sample(50, 1000, 70), sample(120, 1000, 70)];
+        let (_, reasons) = verdict(&passing_tally(), &trough, &limits(), Duration::from_secs(120));
+        assert!(reasons.is_empty(), "{reasons:?}");
+        // ...while a level that really rose past the slack still fails.
+        let risen = [sample(30, 1000, 60), sample(40, 1000, 60), sample(100, 1000, 90), sample(120, 1000, 90)];
+        let (_, reasons) = verdict(&passing_tally(), &risen, &limits(), Duration::from_secs(120));
+        assert_eq!(reasons.len(), 2, "fds of both: {reasons:?}");
     }
 
     #[test]

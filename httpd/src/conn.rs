@@ -192,8 +192,7 @@ where
     let io = TokioIo::new(Watched { inner: io, state: Arc::clone(&state) });
     let service = Service { shared, conn: Arc::clone(&state) };
     let mut builder = hyper::server::conn::http1::Builder::new();
-    // Heads larger than this are refused by hyper (431) instead of buffered.
-    builder.keep_alive(true).max_buf_size(64 * 1024);
+    builder.keep_alive(true).max_buf_size(crate::MAX_HEAD_BYTES);
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let mut draining = false;

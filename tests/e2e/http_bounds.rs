@@ -1,6 +1,6 @@
 //! The bounds of both HTTP servers (`httpd/`), on the real front and the real board: a half
 //! head is cut off after the header timeout, an idle keep-alive connection after the idle
-//! timeout (not the header one), a stalled body gets 408; past the connection cap a new
+//! timeout (not the header one), a stalled body gets 408, a head past 16 KiB gets 431; past the connection cap a new
 //! connection is answered 503 + `Retry-After` and closed while the open ones still work, past
 //! the in-flight cap (long polls holding it) a request gets 503 + `Retry-After`; the front logs
 //! its raised descriptor limit; and the board serves on a Unix socket (0600) for `ssh -L`.
@@ -107,6 +107,27 @@ async fn the_front_cuts_off_a_half_head_after_the_header_timeout_and_logs_its_de
     let mut fresh = TcpStream::connect(front.addr).await.expect("connect");
     send(&mut fresh, &get("/healthz", &front.addr.to_string(), "")).await;
     assert_eq!(read_answer(&mut fresh).await.status, 200);
+}
+
+/// `bridge_httpd::MAX_HEAD_BYTES`: the largest head either server reads.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+#[tokio::test]
+async fn a_head_past_the_limit_is_answered_431_and_one_within_it_is_served() {
+    let bridge = TestBridge::start().await;
+    let front = front(&bridge, "10000,60000,60000", &[]).await;
+    let host = front.addr.to_string();
+    let within = format!("X-Padding: {}\r\n", "a".repeat(MAX_HEAD_BYTES - 1024));
+    let mut stream = TcpStream::connect(front.addr).await.expect("connect");
+    send(&mut stream, &get("/healthz", &host, &within)).await;
+    assert_eq!(read_answer(&mut stream).await.status, 200, "a head within the limit");
+    let past = format!("X-Padding: {}\r\n", "a".repeat(MAX_HEAD_BYTES + 1024));
+    let mut stream = TcpStream::connect(front.addr).await.expect("connect");
+    send(&mut stream, &get("/healthz", &host, &past)).await;
+    let mut answer = Vec::new();
+    let _ = timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await.expect("closed in time");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "a head past the limit: {answer}");
 }
 
 #[tokio::test]
