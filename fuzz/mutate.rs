@@ -6,7 +6,11 @@
 //! crate). `FUZZ_CASES` sets the number of cases (default [`DEFAULT_CASES`]); `bench/fuzz`
 //! runs every target with a million. A failure is saved to `fuzz/regressions/<target>.txt`
 //! inside the clone and replayed first on the next run.
-
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the fuzz engine (test-only) reads its corpus and writes its regressions"
+)]
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

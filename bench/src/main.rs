@@ -5,6 +5,11 @@
 //!
 //! Run: `cargo build --release -p agent-bridge -p mcp-front && cargo run --release -p soak --
 //! --duration 30m` (CI: the debug build, `--duration 2m`). See `bench/README.md`.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the soak benchmark is a load generator, not a daemon: it starts the binaries and reads /proc"
+)]
 
 mod http;
 mod load;

@@ -8,6 +8,11 @@
 //! ratio of the two and as its share of the CLI's own start-up.
 //!
 //! Run with `.ci/install-clis && cargo bench -p agent-bridge --bench providers`.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a benchmark: it sets up files and processes outside the daemon"
+)]
 
 use std::time::{Duration, Instant};
 

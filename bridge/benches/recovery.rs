@@ -3,6 +3,11 @@
 //! idle and with 4 active tasks.
 //!
 //! Run with `cargo bench -p agent-bridge --bench recovery`. Compare ratios within one run.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a benchmark: it sets up files and processes outside the daemon"
+)]
 
 use std::io::Write;
 use std::time::{Duration, Instant};

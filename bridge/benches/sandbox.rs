@@ -9,6 +9,11 @@
 //!
 //! Run with `cargo bench -p agent-bridge --bench sandbox`. Compare ratios within one run. Exits
 //! non-zero, loudly, when bubblewrap cannot start a sandbox on this machine.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a benchmark: it sets up files and processes outside the daemon"
+)]
 
 use std::io::Write;
 use std::path::Path;

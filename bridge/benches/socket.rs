@@ -3,6 +3,11 @@
 //!
 //! Run with `cargo bench -p agent-bridge --bench socket`. Figures depend on the machine; compare
 //! ratios measured in one run, never absolute numbers across machines.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a benchmark: it sets up files and processes outside the daemon"
+)]
 
 use std::time::{Duration, Instant};
 

@@ -123,7 +123,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("state")).unwrap());
         store
-            .insert_audit(&[row(1000, "alice", AuditOutcome::Ok), row(2000, "bob", AuditOutcome::Denied), row(3000, "alice", AuditOutcome::Error)])
+            .insert_audit(&[
+                row(1000, "alice", AuditOutcome::Ok),
+                row(2000, "bob", AuditOutcome::Denied),
+                row(3000, "alice", AuditOutcome::Error),
+            ])
             .unwrap();
         let alice = page(&store, AuditQuery { principal: Some("alice".into()), ..query(10) }).await.unwrap();
         assert_eq!(alice["rows"].as_array().unwrap().len(), 2);

@@ -61,6 +61,7 @@ pub fn prepare(config: BridgeConfig) -> anyhow::Result<Prelude> {
     let descriptors = server::Descriptors::prepare();
     crate::files::ensure_private_dir(&config.state_dir).map_err(anyhow::Error::msg).context("state directory")?;
     let lock_path = config.state_dir.join(INSTANCE_LOCK);
+    #[expect(clippy::disallowed_methods, reason = "prepare runs before the runtime serves anything")]
     let instance = OpenOptions::new()
         .read(true)
         .write(true)

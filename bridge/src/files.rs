@@ -1,5 +1,9 @@
 //! Private files and directories: created owner-only, and existing ones checked, never
 //! chmod-ed (an operator's broader permissions are refused with a message instead).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "synchronous helpers, called before the runtime (daemon::prepare) or on a blocking thread"
+)]
 
 use std::fs::DirBuilder;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};

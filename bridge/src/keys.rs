@@ -187,6 +187,7 @@ impl KeyService {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "tests set up files and child processes")]
 mod tests {
     use super::*;
 

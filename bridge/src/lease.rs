@@ -3,6 +3,10 @@
 //! A lease is held for a `workspace-write` task from submit until its provider's cleanup is
 //! over. The kernel releases it if the bridge dies, which is why the persistent recovery guard
 //! exists beside it. Taking a lease never waits: a held lock is `WORKDIR_BUSY`.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the writer lock is taken before the runtime or on a blocking thread (its callers use spawn_blocking)"
+)]
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;

@@ -1,5 +1,6 @@
 //! The descriptor limit: raise the soft `RLIMIT_NOFILE` to the hard one at start, and keep
 //! a server's connection cap within what the descriptors allow.
+#![allow(clippy::disallowed_methods, reason = "read once at start, before serving: /proc/sys is kernel memory")]
 
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 

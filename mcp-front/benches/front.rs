@@ -5,6 +5,11 @@
 //!
 //! Run: `cargo build --release -p agent-bridge && cargo bench -p mcp-front --bench front`.
 //! Figures depend on the machine; compare the ratios of one run, not absolute numbers.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a benchmark: it sets up files and processes outside the front"
+)]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -6,6 +6,10 @@
 //! `SERVERFS_MCP_ALLOWED_ORIGINS`, `SERVERFS_MCP_MAX_CONNECTIONS`, `SERVERFS_MCP_MAX_INFLIGHT_REQUESTS`,
 //! `SERVERFS_LOG_LEVEL`), so one `.env` drives both processes; the bridge's
 //! `config check` validates the whole file, the front reads only these.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the front's one reader of the environment and its .env file, at start, before the runtime serves"
+)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

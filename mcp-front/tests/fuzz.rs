@@ -7,6 +7,11 @@
 //! JSON-RPC error object (`jsonrpc: "2.0"`, an integer `error.code`, a string
 //! `error.message`) and every JSON answer is a JSON-RPC response; the `.env` reader and the
 //! settings either give a usable config or a clear error.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a test: it reads its corpus and writes its regressions"
+)]
 
 #[path = "../../fuzz/mutate.rs"]
 mod mutate;

@@ -219,6 +219,7 @@ impl Pool {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "tests set up files and child processes")]
 mod tests {
     use super::*;
     use crate::envelope::ErrorBody;

@@ -7,6 +7,7 @@
 //!
 //! This test lives in the e2e crate because it is the one crate that may see both: the front
 //! never depends on the bridge (ARCHITECTURE invariant 1).
+#![allow(clippy::disallowed_methods, clippy::disallowed_types, reason = "a test: it writes the .env files it compares")]
 
 use std::collections::HashMap;
 

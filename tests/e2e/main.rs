@@ -1,5 +1,10 @@
 //! The end-to-end suite: each module starts real `agent-bridge` processes on temporary
 //! sockets and drives them through the socket protocol and the CLI.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "end-to-end tests start processes, write fixtures and read files: the daemons' rules do not apply to them"
+)]
 
 mod audit_flood;
 mod board;
@@ -27,4 +32,5 @@ mod retention;
 mod smoke;
 mod socket_bounds;
 mod tasks;
+mod tidy;
 mod validation;

@@ -6,6 +6,11 @@
 //! left on disk, [`procs`] reads `/proc`; [`front`] does the same for `mcp-front`, [`model`]
 //! and [`real`] serve the real agent CLIs, [`browser`] drives the board. Everything the suites
 //! use directly is re-exported here (`e2e::TestBridge`, `e2e::poll_until`, …).
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the test harness starts the binaries, reads their files and the environment it was given: the daemons' rules do not apply to it"
+)]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -205,7 +205,8 @@ pub async fn serve<L: bridge_httpd::Listener>(listener: L, board: Board) {
         bridge_httpd::Server { name: "board", limits: bridge_httpd::Limits::BOARD, style: bridge_httpd::Style::Text };
     bridge_httpd::serve(listener, app, server, stop).await;
     if let Some(path) = socket {
-        let _ = std::fs::remove_file(path);
+        #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
     }
 }
 

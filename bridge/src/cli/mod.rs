@@ -43,7 +43,7 @@ pub struct Cli {
     command: Command,
 }
 
-/// Where the config comes from (neither: the embedded default, see [`embedded_default`]).
+/// Where the config comes from (neither: the embedded default, see [`crate::config::embedded::embedded_default`]).
 #[derive(Debug, Args, Clone)]
 #[group(required = false, multiple = false)]
 pub struct ConfigSource {
@@ -240,7 +240,7 @@ fn serve(source: ConfigSource) -> ExitCode {
     let config = match (&source.config, &source.env_file) {
         (Some(path), _) => crate::config::load_json(path).map_err(|e| e.to_string()),
         (None, Some(path)) => crate::config::env::from_env_file(path).map(|r| r.config).map_err(|r| r.to_string()),
-        (None, None) => embedded_default(),
+        (None, None) => crate::config::embedded::embedded_default(),
     };
     let mut config = match config {
         Ok(c) => c,
@@ -275,40 +275,6 @@ fn serve(source: ConfigSource) -> ExitCode {
 
 /// The most threads the daemon runs blocking work on at once (tokio's default is 512).
 const BLOCKING_THREADS: usize = 32;
-
-/// The embedded default: the current directory as the workspace-write workdir `here` with the
-/// `fake` runtime and the `codex` and `claude` CLIs found on `PATH`, every other setting at its
-/// `.env` default. The one setting taken from the
-/// environment is an explicit `SERVERFS_AGENT_ALLOW_ROOT` (validated like the `.env` key), so a
-/// throwaway container or CI running as root can start the quick start on purpose.
-pub fn embedded_default() -> Result<crate::config::BridgeConfig, String> {
-    let quote = |text: &str| format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"));
-    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let cwd = cwd.to_str().ok_or("the current directory is not valid UTF-8")?;
-    let mut lines = vec![
-        "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true".to_owned(),
-        "WORKDIR_01_ALIAS=here".to_owned(),
-        format!("WORKDIR_01_PATH={}", quote(cwd)),
-        "WORKDIR_01_DESCRIPTION=The directory agent-bridge was started in".to_owned(),
-        "WORKDIR_01_READ_ONLY=false".to_owned(),
-        "WORKDIR_01_AGENT_MODE=workspace-write".to_owned(),
-    ];
-    // The real runtimes the operator has on PATH are offered beside the fake one.
-    let path = std::env::var_os("PATH");
-    let mut runtimes = vec!["fake"];
-    runtimes.extend(
-        ["codex", "claude"].into_iter().filter(|cli| crate::provider::probe::which(cli, path.as_deref()).is_some()),
-    );
-    lines.push(format!("WORKDIR_01_AGENT_RUNTIMES={}", runtimes.join(",")));
-    if let Some(allow_root) = std::env::var_os("SERVERFS_AGENT_ALLOW_ROOT") {
-        let allow_root = allow_root.to_str().ok_or("SERVERFS_AGENT_ALLOW_ROOT is not valid UTF-8")?.to_owned();
-        lines.push(format!("SERVERFS_AGENT_ALLOW_ROOT={}", quote(&allow_root)));
-    }
-    let entries = crate::config::dotenv::parse(lines.join("\n").as_bytes())
-        .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))?;
-    let context = crate::config::env::Context::current().map_err(|r| r.to_string())?;
-    crate::config::env::from_pairs(&entries, &context).map(|r| r.config).map_err(|r| r.to_string())
-}
 
 /// Logs on stderr at `level` (`SERVERFS_LOG_LEVEL`), unless `AGENT_BRIDGE_LOG` holds a filter.
 fn init_tracing(level: crate::config::LogLevel) {

@@ -4,6 +4,10 @@
 //! validated by [`env`](mod@env)) and the private JSON file that `agent-bridge config render`
 //! writes from it ([`load_json`]). Nothing else in the bridge reads environment variables or
 //! files for settings.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "config/ is the one reader of the environment and the .env file (and the writer of the rendered config): it runs before the runtime or in a CLI command"
+)]
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +16,7 @@ use serde::{Deserialize, Serialize};
 pub mod dotenv;
 #[cfg(test)]
 mod dotenv_fuzz;
+pub mod embedded;
 pub mod env;
 pub mod example;
 pub mod keys;
@@ -411,4 +416,10 @@ pub fn load_json(path: &Path) -> Result<BridgeConfig, LoadError> {
 pub fn default_socket_path() -> Result<PathBuf, env::Refusals> {
     let context = env::Context::current()?;
     env::from_pairs(&[], &context).map(|report| report.config.socket_path)
+}
+
+/// The bridge's own environment, captured once at start: a child's environment is decided
+/// from it (`provider::env`), and nothing else reads the environment outside this module.
+pub fn process_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os().collect()
 }

@@ -7,6 +7,7 @@
 //!
 //! [`Cgroups::detect`] decides once at startup, by creating and removing a probe group; where
 //! it cannot, tasks get no cgroup and the other proofs apply.
+#![allow(clippy::disallowed_methods, reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk")]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -93,6 +94,7 @@ impl Cgroups {
 /// The returned descriptor must stay open until the spawn has returned. A child that cannot
 /// enter fails its spawn: a task never runs outside the cgroup it was given.
 #[allow(unsafe_code)]
+#[expect(clippy::disallowed_types, reason = "it configures the command that provider::process builds and spawns")]
 pub fn enter_on_exec(cmd: &mut tokio::process::Command, dir: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::AsRawFd;
     let procs: std::os::fd::OwnedFd = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?.into();

@@ -81,7 +81,7 @@ pub struct BaseEnv {
 impl BaseEnv {
     /// Captures the current process environment (call once, at startup).
     pub fn capture() -> BaseEnv {
-        BaseEnv { vars: std::env::vars_os().collect() }
+        BaseEnv { vars: crate::config::process_environment() }
     }
 
     /// A base made of exactly these variables (tests).

@@ -147,6 +147,7 @@ impl FakeRuntime {
         env.push((OsString::from(HOME_VAR), self.home.clone().into_os_string()));
         // The session store must exist before the sandbox binds it back in.
         let home = self.home.join("sessions");
+        #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
         let _ = tokio::task::spawn_blocking(move || std::fs::create_dir_all(home)).await;
         let spawned = spawn(SpawnSpec {
             program: self.program.clone(),

@@ -9,6 +9,11 @@
 //! is echoed back as the result. Steering text is echoed as an `agent.message` event while the
 //! script waits. Sessions persist under `$AGENT_BRIDGE_FAKE_HOME/sessions`, so a continuation
 //! resumes the same session and says how many turns it had.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "the fake agent is the tests' child program, not the daemon: it runs commands and keeps its session file"
+)]
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;

@@ -51,6 +51,7 @@ pub(super) fn unregister(leader: i32) {
 /// Whether the process `pid` (as the kernel reported the peer; `None` when it could not) is
 /// inside a task of the bridge `bridge_pid`, whose task cgroups (if any) are `cgroups`.
 /// Blocking (reads `/proc`).
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 pub fn task_origin(pid: Option<i32>, bridge_pid: i32, cgroups: Option<&Cgroups>) -> Option<TaskOrigin> {
     let unknown = || Some(TaskOrigin { task_id: None, evidence: "unknown_pid" });
     let pid = pid.filter(|p| *p > 0)?;
@@ -100,6 +101,7 @@ pub fn task_origin(pid: Option<i32>, bridge_pid: i32, cgroups: Option<&Cgroups>)
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "tests set up files and child processes")]
 mod tests {
     use super::*;
 

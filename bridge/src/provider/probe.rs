@@ -67,6 +67,7 @@ async fn version_unredacted(bin: &Path, env: Vec<(OsString, OsString)>, parse: f
         return Probed::Unavailable(format!("{} is not an absolute path", bin.display()));
     }
     let path = bin.to_owned();
+    #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
     let metadata = tokio::task::spawn_blocking(move || std::fs::metadata(path))
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)));
@@ -168,6 +169,10 @@ fn looks_like_version(v: &str) -> bool {
 
 /// Finds `name` on `path` (a `PATH` value): the first executable file (blocking: it reads file
 /// metadata).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "blocking by design: its callers run at start-up on a blocking thread or in a CLI command"
+)]
 pub fn which(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     std::env::split_paths(path?)

@@ -7,6 +7,11 @@
 //! namespace (the kernel's proof: nothing inside can leave it) and, as a second check and the
 //! proof where there is no sandbox, no process carrying the marker remains (descendants
 //! inherit it even when they leave the group with `setsid`).
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "the one module that spawns processes; the /proc reads that go with it are kernel memory, never a disk"
+)]
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;

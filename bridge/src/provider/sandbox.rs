@@ -12,6 +12,10 @@
 //! [`Containment::detect`] decides once, at startup, whether this machine can run the sandbox
 //! (`SERVERFS_AGENT_SANDBOX=auto|required|off`); the decision is shown by `doctor`,
 //! `list_agent_runtimes`, each task's manifest and the board.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a task's private /tmp is made and removed on a blocking thread (the provider's spawn and stop run there); the sweep runs at start"
+)]
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -68,6 +68,7 @@ pub enum BindError {
 /// Binds the socket at `path` (see the module docs for the rules). With `shared_gid`, the
 /// socket is 0660 and its directory 0750, both in that group, for a peer of another user (a
 /// container) that belongs to it; otherwise both are private to the bridge user.
+#[expect(clippy::disallowed_methods, reason = "blocking by design: the daemon calls it in spawn_blocking")]
 pub fn bind(path: &Path, shared_gid: Option<u32>) -> Result<UnixListener, BindError> {
     let dir = path.parent().ok_or_else(|| BindError::Other(format!("{} has no parent directory", path.display())))?;
     match shared_gid {
@@ -172,6 +173,7 @@ pub async fn serve(
         }
     }
     drop(listener);
+    #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
     let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(socket_path)).await;
     acceptor.connections.close();
     if tokio::time::timeout(Duration::from_secs(30), acceptor.connections.wait()).await.is_err() {

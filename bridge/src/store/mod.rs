@@ -8,6 +8,10 @@
 //! Files: the state directory must be a private (0700) directory owned by the bridge user;
 //! a directory with broader permissions is refused, never chmod-ed. The database is created
 //! 0600 and SQLite gives its WAL and SHM files the same mode.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the store opens SQLite and its files, always on a blocking thread (Store::call is spawn_blocking)"
+)]
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;

@@ -56,6 +56,7 @@ pub fn resolve(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "tests set up files and child processes")]
 mod tests {
     use super::*;
 

@@ -1,5 +1,9 @@
 //! Final results: inline up to the spool threshold, spooled to a private file up to 8 MiB,
 //! read back in UTF-8-safe chunks; the SHA-256 of the full text is always recorded.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the spool is written and read on a blocking thread (Store::call / spawn_blocking in the callers)"
+)]
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};

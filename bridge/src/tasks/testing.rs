@@ -1,6 +1,11 @@
 //! The task service's in-process test harness: a real temp SQLite store, the real
 //! `TaskService` and the fake runtime whose child is this test binary re-entered as the fake
 //! agent, plus the helpers that drive tokio's paused clock by hand.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "the in-process test harness sets up files and the fake agent's child"
+)]
 
 use std::path::Path;
 use std::sync::Arc;

@@ -310,6 +310,10 @@ async fn list_models(rpc: &rpc::Rpc) -> Result<Vec<Value>, rpc::RpcError> {
 
 /// The executable to supervise for a configured Codex path: the npm launcher (`bin/codex.js`,
 /// a node script) is replaced by the native binary it would start; anything else is kept.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "runs once, in Providers::new, which start-up calls on a blocking thread"
+)]
 pub fn native_binary(bin: &Path) -> PathBuf {
     let real = std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_owned());
     if real.extension().is_none_or(|e| e != "js") {
@@ -334,6 +338,7 @@ pub fn native_binary(bin: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "tests set up files and child processes")]
 mod tests {
     use super::*;
 
