@@ -194,19 +194,7 @@ mod tests {
     /// A key service over a real store in a temporary directory, with one workdir (`repo`)
     /// and the tunnel principal `robot`.
     fn service(root: &std::path::Path) -> KeyService {
-        std::fs::create_dir_all(root.join("repo")).unwrap();
-        let mut env = format!(
-            "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={root}/run\nSERVERFS_AGENT_LOCK_HOST_DIR={root}/locks\n\
-             SERVERFS_AGENT_BRIDGE_STATE_DIR={root}/state\nSERVERFS_MCP_TUNNEL_PRINCIPAL=robot\n\
-             WORKDIR_01_ALIAS=repo\nWORKDIR_01_PATH={root}/repo\nWORKDIR_01_READ_ONLY=false\n\
-             WORKDIR_01_AGENT_MODE=workspace-write\nWORKDIR_01_AGENT_RUNTIMES=codex\n",
-            root = root.display()
-        );
-        if nix::unistd::geteuid().is_root() {
-            env.push_str("SERVERFS_AGENT_ALLOW_ROOT=true\n");
-        }
-        std::fs::write(root.join("bridge.env"), env).unwrap();
-        let config = crate::config::env::from_env_file(&root.join("bridge.env")).unwrap().config;
+        let config = crate::tasks::testing::config(root, "codex", "SERVERFS_MCP_TUNNEL_PRINCIPAL=robot\n");
         let store = Arc::new(Store::open(&config.state_dir).unwrap());
         KeyService::new(store, KeyCache::default(), Clock::System, Arc::new(config))
     }

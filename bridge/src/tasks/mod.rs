@@ -34,7 +34,7 @@ mod runner;
 mod status;
 mod submit;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 #[cfg(test)]
 mod timer_tests;
 mod views;

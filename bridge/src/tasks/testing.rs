@@ -41,18 +41,7 @@ pub(super) fn service(root: &Path, clock: Clock, extra_env: &str) -> TaskService
         test_binary.display()
     );
     std::fs::write(repo.join("fake-agent"), script).unwrap();
-    let mut env = format!(
-        "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={root}/run\nSERVERFS_AGENT_LOCK_HOST_DIR={root}/locks\n\
-         SERVERFS_AGENT_BRIDGE_STATE_DIR={root}/state\nSERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true\n\
-         WORKDIR_01_ALIAS=repo\nWORKDIR_01_PATH={root}/repo\nWORKDIR_01_READ_ONLY=false\n\
-         WORKDIR_01_AGENT_MODE=workspace-write\nWORKDIR_01_AGENT_RUNTIMES=fake\n{extra_env}",
-        root = root.display()
-    );
-    if nix::unistd::geteuid().is_root() {
-        env.push_str("SERVERFS_AGENT_ALLOW_ROOT=true\n");
-    }
-    std::fs::write(root.join("bridge.env"), env).unwrap();
-    let config = crate::config::env::from_env_file(&root.join("bridge.env")).unwrap().config;
+    let config = config(root, "fake", &format!("SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true\n{extra_env}"));
     let store = Arc::new(Store::open(&config.state_dir).unwrap());
     let leases = Leases::open(&config.lock_dir).unwrap();
     let providers = Providers::new(
@@ -62,6 +51,24 @@ pub(super) fn service(root: &Path, clock: Clock, extra_env: &str) -> TaskService
         crate::provider::sandbox::Containment::none(crate::config::SandboxMode::Off, "a unit test"),
     );
     TaskService::new(Arc::new(config), store, clock, providers, leases, CancellationToken::new(), None)
+}
+
+/// A validated config on a fresh state directory under `root`: one writable workdir `repo`
+/// (created) running `runtimes`, and the `extra_env` lines added to its `.env`.
+pub(crate) fn config(root: &Path, runtimes: &str, extra_env: &str) -> crate::config::BridgeConfig {
+    std::fs::create_dir_all(root.join("repo")).unwrap();
+    let mut env = format!(
+        "SERVERFS_AGENT_BRIDGE_HOST_SOCKET_DIR={root}/run\nSERVERFS_AGENT_LOCK_HOST_DIR={root}/locks\n\
+         SERVERFS_AGENT_BRIDGE_STATE_DIR={root}/state\n\
+         WORKDIR_01_ALIAS=repo\nWORKDIR_01_PATH={root}/repo\nWORKDIR_01_READ_ONLY=false\n\
+         WORKDIR_01_AGENT_MODE=workspace-write\nWORKDIR_01_AGENT_RUNTIMES={runtimes}\n{extra_env}",
+        root = root.display()
+    );
+    if nix::unistd::geteuid().is_root() {
+        env.push_str("SERVERFS_AGENT_ALLOW_ROOT=true\n");
+    }
+    std::fs::write(root.join("bridge.env"), env).unwrap();
+    crate::config::env::from_env_file(&root.join("bridge.env")).unwrap().config
 }
 
 /// Not a test: the fake agent's entry when the harness's script re-enters this binary (run
