@@ -1,9 +1,10 @@
 //! The bounds of both HTTP servers (`httpd/`), on the real front and the real board: a half
 //! head is cut off after the header timeout, an idle keep-alive connection after the idle
-//! timeout (not the header one), a stalled body gets 408, a head past 16 KiB gets 431; past the connection cap a new
-//! connection is answered 503 + `Retry-After` and closed while the open ones still work, past
-//! the in-flight cap (long polls holding it) a request gets 503 + `Retry-After`; the front logs
-//! its raised descriptor limit; and the board serves on a Unix socket (0600) for `ssh -L`.
+//! timeout (not the header one), a stalled body gets 408, a head past 16 KiB gets 431; past
+//! the connection cap a new connection is answered 503 + `Retry-After` and closed while the
+//! open ones still work, past the in-flight cap (long polls holding it) a request gets 503 +
+//! `Retry-After`; the front logs its raised descriptor limit; and the board serves on a Unix
+//! socket (0600) for `ssh -L`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;

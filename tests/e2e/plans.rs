@@ -235,7 +235,7 @@ async fn a_busy_workdir_makes_the_plan_wait_and_cancel_stops_its_step() {
     assert_eq!(b.get(&step).await["status"], "cancelled", "its step was cancelled before the call returned");
     let again = b.call("cancel_agent_plan", json!({ "plan_id": id })).await.unwrap();
     assert_eq!(again["status"], "cancelled", "repeat-safe");
-    // The bridge stops in order, which waits for its plan runners: one that were to start
+    // The bridge stops in order, which waits for its plan runners: a runner about to start
     // step 2 would have linked its task by then.
     assert!(b.stop().await.success(), "{}", b.log());
     let linked = format!("SELECT COUNT(*) FROM plan_steps WHERE plan_id = '{id}' AND task_id IS NOT NULL");
@@ -263,7 +263,7 @@ async fn a_restart_mid_plan_never_reruns_a_step() {
     assert_eq!(p["steps"][0]["status"], "interrupted");
     assert_eq!(p["steps"][1]["status"], "not_run");
     assert_eq!(b.get(&step).await["status"], "interrupted");
-    // The bridge stops in order, which waits for its plan runners: one that were to run a
+    // The bridge stops in order, which waits for its plan runners: a runner about to run a
     // step again would have filed its task by then.
     assert!(b.stop().await.success(), "{}", b.log());
     assert_eq!(b.fake_turns(), 1, "no step ran again");
