@@ -75,6 +75,11 @@ pub struct Authed {
     pub session: Session,
     /// The session id (the cookie value).
     pub id: String,
+    /// The change pulse when the request arrived, before the page read anything: a change
+    /// while the page is being built then moves the pulse past the page's, so its live
+    /// updates reload it (read after the data, a change in between would leave the page stale
+    /// with a current pulse, never reloaded).
+    pub pulse: u64,
 }
 
 impl Board {
@@ -112,15 +117,16 @@ impl Board {
     /// [`sessions`](crate::registry::sessions): the live-update poll does not).
     pub fn session_with(&self, headers: &HeaderMap, touch: bool) -> Option<Authed> {
         let id = cookie(headers, COOKIE)?;
+        let pulse = *self.inner.registry.services().tasks.pulse().borrow();
         let session = self.inner.sessions.get(&id, self.now(), user_agent(headers), touch)?;
-        Some(Authed { session, id })
+        Some(Authed { session, id, pulse })
     }
 
-    /// The frame of a logged-in page (navigation counts, the change pulse).
+    /// The frame of a logged-in page (navigation counts, and the change pulse the request
+    /// arrived at: see [`Authed::pulse`]).
     pub async fn frame<'a>(&self, title: &'a str, nav: Nav, authed: &'a Authed) -> Frame<'a> {
-        let pulse = *self.inner.registry.services().tasks.pulse().borrow();
         let pending_plans = self.inner.registry.services().plans.pending_count().await.unwrap_or(0);
-        Frame { title, nav, csrf: Some(&authed.session.csrf), pending_plans, pulse }
+        Frame { title, nav, csrf: Some(&authed.session.csrf), pending_plans, pulse: authed.pulse }
     }
 
     /// Whether `host` names the board: its own address (with its port), or, on a Unix socket
