@@ -132,10 +132,8 @@ fn locate(flag: Option<PathBuf>, var: &str, name: &str, sources: &[&str], check:
 
 async fn run(args: Args) -> anyhow::Result<bool> {
     let fresh = !args.allow_stale;
-    let bridge_bin =
-        locate(args.bridge_bin.clone(), "AGENT_BRIDGE_BIN", "agent-bridge", &["bridge/src", "proto/src"], fresh)?;
-    let front_bin =
-        locate(args.front_bin.clone(), "MCP_FRONT_BIN", "mcp-front", &["mcp-front/src", "proto/src"], fresh)?;
+    let bridge_bin = locate(args.bridge_bin.clone(), "AGENT_BRIDGE_BIN", "agent-bridge", e2e::BRIDGE_SOURCES, fresh)?;
+    let front_bin = locate(args.front_bin.clone(), "MCP_FRONT_BIN", "mcp-front", e2e::FRONT_SOURCES, fresh)?;
     let baseline = args.baseline.unwrap_or_else(|| Duration::from_secs(60).min(args.duration / 2));
     if baseline >= args.duration {
         bail!("--baseline ({baseline:?}) must fall inside --duration ({:?})", args.duration);

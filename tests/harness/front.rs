@@ -14,20 +14,8 @@ use tokio::net::TcpStream;
 /// The `mcp-front` executable under test: `MCP_FRONT_BIN`, or the one cargo built next to
 /// this test binary (checked to be newer than its sources).
 pub fn front_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("MCP_FRONT_BIN") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("the test binary has a path");
-    let dir = exe.parent().and_then(Path::parent).expect("the test binary lives in target/<profile>/deps");
-    let bin = dir.join("mcp-front");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo test --workspace` (which builds it) or set MCP_FRONT_BIN",
-        bin.display()
-    );
     static FRESH: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    FRESH.get_or_init(|| crate::assert_fresh_from(&bin, &["mcp-front/src", "proto/src"]));
-    bin
+    crate::built_binary("mcp-front", "MCP_FRONT_BIN", crate::FRONT_SOURCES, &FRESH)
 }
 
 /// A running `mcp-front`, killed on drop.

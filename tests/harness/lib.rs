@@ -31,29 +31,33 @@ pub use procs::{
 };
 
 /// The `agent-bridge` executable under test: `AGENT_BRIDGE_BIN`, or the one cargo built next
-/// to this test binary.
+/// to this test binary (checked to be newer than its sources).
 pub fn bridge_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("AGENT_BRIDGE_BIN") {
+    static FRESH: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    built_binary("agent-bridge", "AGENT_BRIDGE_BIN", BRIDGE_SOURCES, &FRESH)
+}
+
+/// The source folders `agent-bridge` is built from (the workspace crates it links).
+pub const BRIDGE_SOURCES: &[&str] = &["bridge/src", "proto/src", "httpd/src"];
+/// The source folders `mcp-front` is built from (the workspace crates it links).
+pub const FRONT_SOURCES: &[&str] = &["mcp-front/src", "proto/src", "httpd/src"];
+
+/// The workspace binary `name` under test: the path in `$var`, or the one cargo built next to
+/// this test binary, checked once (`fresh`) to be newer than every source under `sources`.
+pub fn built_binary(name: &str, var: &str, sources: &[&str], fresh: &std::sync::OnceLock<()>) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("the test binary has a path");
     let dir = exe.parent().and_then(Path::parent).expect("the test binary lives in target/<profile>/deps");
-    let bin = dir.join("agent-bridge");
+    let bin = dir.join(name);
     assert!(
         bin.exists(),
-        "{} is missing: run the suite with `cargo test --workspace` (which builds it) or set AGENT_BRIDGE_BIN",
+        "{} is missing: run the suite with `cargo test --workspace` (which builds it) or set {var}",
         bin.display()
     );
-    static FRESH: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    FRESH.get_or_init(|| assert_fresh(&bin));
+    fresh.get_or_init(|| assert_fresh_from(&bin, sources));
     bin
-}
-
-/// Fails when a source file of the bridge is newer than the binary next to the tests:
-/// `cargo test -p e2e` (or `--test e2e`) does not rebuild `agent-bridge`, and a stale binary
-/// would silently test old code.
-fn assert_fresh(bin: &Path) {
-    assert_fresh_from(bin, &["bridge/src", "proto/src"]);
 }
 
 /// Fails when a `.rs` file under one of `dirs` (relative to the workspace) is newer than `bin`.
