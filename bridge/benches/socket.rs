@@ -19,7 +19,14 @@ use e2e::{Options, TestBridge};
 
 fn call_params(name: &str, arguments: Value) -> Map<String, Value> {
     let Value::Object(arguments) = arguments else { unreachable!() };
-    let params = CallParams { credential: None, surface: Surface::Cli, client: None, name: name.into(), arguments };
+    let params = CallParams {
+        credential: None,
+        surface: Surface::Cli,
+        path: Default::default(),
+        client: None,
+        name: name.into(),
+        arguments,
+    };
     match serde_json::to_value(params) {
         Ok(Value::Object(m)) => m,
         _ => unreachable!(),

@@ -149,7 +149,17 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     let audit_stop = CancellationToken::new();
     let audit = AuditSink::start(Arc::clone(&store), &background, audit_stop.clone());
     let key_service = KeyService::new(Arc::clone(&store), keys.clone(), clock.clone(), Arc::clone(&config));
-    let auth = Auth::new(config.mcp_auth.clone(), keys, uid);
+    let mut auth = Auth::new(config.mcp_auth.clone(), keys, uid);
+    if let Some(oauth) = &config.oauth {
+        let loopback = reqwest::Url::parse(&oauth.issuer).is_ok_and(|u| u.scheme() == "http");
+        let http = crate::oauth::Http::new(loopback)?;
+        tracing::info!(
+            issuer = oauth.issuer,
+            resource = oauth.resource,
+            "/mcp-oauth takes this identity provider's tokens"
+        );
+        auth = auth.with_oauth(Arc::new(crate::oauth::Verifier::new(oauth.clone(), http)));
+    }
     let board_addr = Arc::new(std::sync::OnceLock::new());
     let registry = Arc::new(Registry::new(Services {
         tasks: tasks.clone(),

@@ -297,17 +297,19 @@ pub struct Principal {
     pub workdirs: Option<Vec<String>>,
     /// The API key behind the call, if any (for last-used bookkeeping).
     pub key_id: Option<String>,
+    /// A name to show beside `name` (an OAuth token's `email` or `preferred_username`).
+    pub display: Option<String>,
 }
 
 impl Principal {
     /// The local operator: the bridge's own uid on the CLI surface.
     pub fn local_operator() -> Principal {
-        Principal { name: "operator@local".into(), role: Role::Admin, workdirs: None, key_id: None }
+        Principal { name: "operator@local".into(), role: Role::Admin, workdirs: None, key_id: None, display: None }
     }
 
     /// The board's operator: the person logged in to the web board with a board token.
     pub fn board_operator() -> Principal {
-        Principal { name: "operator@board".into(), role: Role::Admin, workdirs: None, key_id: None }
+        Principal { name: "operator@board".into(), role: Role::Admin, workdirs: None, key_id: None, display: None }
     }
 
     /// Whether this is a person at the bridge's own machine (the local CLI's uid or a board

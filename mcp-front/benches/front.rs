@@ -105,6 +105,7 @@ async fn on_socket(bridge: &TestBridge, key: &str, clients: usize, calls: usize,
     let params = CallParams {
         credential: Some(format!("Bearer {key}")),
         surface: Surface::Mcp,
+        path: Default::default(),
         client: None,
         name: "get_agent_task".into(),
         arguments,

@@ -3,6 +3,9 @@
 //! a JSON-RPC error), one narrow client quirk, then the MCP service itself; a credential the
 //! bridge refused turns the answer into a 401.
 //!
+//! `/mcp` and `/mcp-oauth` pass the same checks; the path goes to the bridge with the
+//! credential, and a refusal on `/mcp-oauth` carries the OAuth challenge ([`crate::oauth`]).
+//!
 //! Nothing here decides who may do what: the caller's `Authorization` header goes to the
 //! bridge untouched, and the only thing the front learns back is "unauthenticated".
 
@@ -17,6 +20,9 @@ use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use serde_json::{Value, json};
 
+use bridge_proto::methods::McpPath;
+
+use crate::bridge::Bridge;
 use crate::config::{Config, MAX_BODY_BYTES};
 use crate::handler::{AuthOutcome, Front};
 use crate::origin::{normalize_origin, parse_authority};
@@ -33,11 +39,13 @@ pub struct Guard {
     origins: Vec<(String, String, u16)>,
     /// The MCP service.
     service: McpService,
+    /// The bridge (for the OAuth metadata of a refusal).
+    bridge: Arc<Bridge>,
 }
 
 impl Guard {
     /// The guard for `config` in front of `service`.
-    pub fn new(config: &Config, service: McpService) -> Guard {
+    pub fn new(config: &Config, service: McpService, bridge: Arc<Bridge>) -> Guard {
         let mut hosts: Vec<String> = config.allowed_hosts.clone();
         if config.is_loopback() {
             hosts.extend(["localhost", "127.0.0.1", "::1"].map(str::to_owned));
@@ -51,10 +59,16 @@ impl Guard {
         let enforce = config.is_loopback() || !config.allowed_hosts.is_empty();
         let hosts = enforce.then(|| hosts.iter().filter_map(|h| parse_authority(h)).collect());
         let origins = allowed_origins(config);
-        Guard { hosts, origins, service }
+        Guard { hosts, origins, service, bridge }
     }
 
-    fn host_allowed(&self, headers: &HeaderMap) -> bool {
+    /// The bridge client.
+    pub fn bridge(&self) -> &Bridge {
+        &self.bridge
+    }
+
+    /// Whether the request's Host is one this front answers for.
+    pub fn host_allowed(&self, headers: &HeaderMap) -> bool {
         let Some(allowed) = &self.hosts else {
             return true;
         };
@@ -90,8 +104,17 @@ pub fn allowed_origins(config: &Config) -> Vec<(String, String, u16)> {
     origins
 }
 
-/// `/mcp`, every method.
+/// `/mcp`, every method: API keys (or tunnel mode).
 pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response {
+    handle(&guard, request, McpPath::Keys).await
+}
+
+/// `/mcp-oauth`, every method: the identity provider's access tokens.
+pub async fn mcp_oauth(State(guard): State<Arc<Guard>>, request: Request) -> Response {
+    handle(&guard, request, McpPath::Oauth).await
+}
+
+async fn handle(guard: &Guard, request: Request, path: McpPath) -> Response {
     let headers = request.headers();
     if !guard.host_allowed(headers) {
         tracing::warn!(host = ?headers.get(header::HOST), "refused a request for a foreign Host (possible DNS rebinding)");
@@ -175,9 +198,14 @@ pub async fn mcp(State(guard): State<Arc<Guard>>, request: Request) -> Response 
     crate::quirks::apply(&mut parts.headers, &value);
     let outcome = AuthOutcome::default();
     parts.extensions.insert(outcome.clone());
+    parts.extensions.insert(path);
+    let token_sent = parts.headers.get(header::AUTHORIZATION).is_some_and(|v| !v.as_bytes().trim_ascii().is_empty());
     let response = guard.service.handle(Request::from_parts(parts, Body::from(bytes))).await;
     if let Some(message) = outcome.refusal() {
-        return unauthorized(id, message);
+        return match path {
+            McpPath::Keys => unauthorized(id, message),
+            McpPath::Oauth => unauthorized_oauth(guard, id, message, token_sent).await,
+        };
     }
     let mut response = response.map(Body::new);
     if response.status().is_client_error() {
@@ -234,6 +262,27 @@ fn unauthorized(id: Value, message: &str) -> Response {
         &format!("{}: {message}", bridge_proto::codes::UNAUTHENTICATED),
     );
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"agent-bridge\""));
+    response
+}
+
+/// The 401 of `/mcp-oauth`: the bearer challenge that leads a client to the metadata and its
+/// identity provider; 404 when the bridge takes no OAuth (the path does not exist).
+async fn unauthorized_oauth(guard: &Guard, id: Value, message: &str, token_sent: bool) -> Response {
+    let metadata = match crate::oauth::metadata(guard).await {
+        Ok(metadata) => metadata,
+        Err(crate::oauth::Unavailable::NotConfigured) => return crate::oauth::not_found(),
+        Err(crate::oauth::Unavailable::Bridge(why)) => {
+            tracing::warn!(cause = %why, "the bridge did not give the OAuth metadata for a challenge");
+            return unauthorized(id, message);
+        }
+    };
+    let mut response = rpc_error(
+        StatusCode::UNAUTHORIZED,
+        id,
+        -32600,
+        &format!("{}: {message}", bridge_proto::codes::UNAUTHENTICATED),
+    );
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, crate::oauth::challenge(&metadata, token_sent, message));
     response
 }
 

@@ -1,5 +1,6 @@
 //! The MCP server handler: every MCP request becomes exactly one bridge request, carrying the
-//! caller's `Authorization` header untouched as the credential, on surface `mcp`.
+//! caller's `Authorization` header untouched as the credential, on surface `mcp`, with the
+//! path it came on (`/mcp` or `/mcp-oauth`).
 //!
 //! `tools/list` → `capabilities.list`; `tools/call` → `capabilities.call`; `initialize` and
 //! `server/discover` check the credential with `capabilities.list` so a client learns at
@@ -10,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use bridge_proto::client::CallError;
 use bridge_proto::codes;
-use bridge_proto::methods::{self, CallParams, ClientInfo, ListParams, Surface};
+use bridge_proto::methods::{self, CallParams, ClientInfo, ListParams, McpPath, Surface};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorData, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
@@ -71,7 +72,7 @@ impl Front {
 
     /// Lists the caller's tools on the bridge.
     async fn list(&self, ctx: &RequestContext<RoleServer>, client: Option<ClientInfo>) -> Result<Value, Failure> {
-        let params = ListParams { credential: credential(ctx), surface: Surface::Mcp, client };
+        let params = ListParams { credential: credential(ctx), surface: Surface::Mcp, path: path(ctx), client };
         Ok(self.bridge.call(methods::CAPABILITIES_LIST, object(params)).await?)
     }
 
@@ -148,6 +149,7 @@ impl ServerHandler for Front {
         let params = CallParams {
             credential: credential(&context),
             surface: Surface::Mcp,
+            path: path(&context),
             client: client_info(&context),
             name: request.name.to_string(),
             arguments: request.arguments.unwrap_or_default(),
@@ -194,6 +196,15 @@ fn credential(ctx: &RequestContext<RoleServer>) -> Option<String> {
     let parts = ctx.extensions.get::<http::request::Parts>()?;
     let value = parts.headers.get(http::header::AUTHORIZATION)?;
     Some(String::from_utf8_lossy(value.as_bytes()).into_owned())
+}
+
+/// The path the request came on, as the guard recorded it.
+fn path(ctx: &RequestContext<RoleServer>) -> McpPath {
+    ctx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<McpPath>())
+        .copied()
+        .unwrap_or_default()
 }
 
 /// The client's self-description from the request's `_meta` (modern requests carry it).

@@ -12,6 +12,7 @@ pub mod dotenv;
 pub mod guard;
 pub mod handler;
 pub mod healthcheck;
+pub mod oauth;
 pub mod origin;
 pub mod quirks;
 pub mod server;

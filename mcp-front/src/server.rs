@@ -1,4 +1,5 @@
-//! The HTTP server: `/mcp` behind the guard, `/healthz` for the bridge's liveness, served by
+//! The HTTP server: `/mcp` and `/mcp-oauth` behind the guard, the OAuth resource's metadata,
+//! `/healthz` for the bridge's liveness, served by
 //! the bounded server of `bridge-httpd` (connection and in-flight caps answered 503, header,
 //! body and idle timeouts) within the descriptor limit, and a clean shutdown on SIGINT or
 //! SIGTERM.
@@ -21,6 +22,7 @@ use crate::bridge::Bridge;
 use crate::config::{Config, MAX_BODY_BYTES};
 use crate::guard::{self, Guard};
 use crate::handler::Front;
+use crate::oauth;
 
 /// The whole application for `config`; `shutdown` ends in-flight MCP requests when cancelled.
 pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
@@ -45,8 +47,16 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
         Arc::new(NeverSessionManager::default()),
         mcp_config,
     );
-    let guard = Arc::new(Guard::new(config, service));
-    Router::new().route("/mcp", any(guard::mcp).with_state(guard)).route("/healthz", get(healthz).with_state(bridge))
+    let guard = Arc::new(Guard::new(config, service, Arc::clone(&bridge)));
+    Router::new()
+        .route("/mcp", any(guard::mcp).with_state(Arc::clone(&guard)))
+        .route("/mcp-oauth", any(guard::mcp_oauth).with_state(Arc::clone(&guard)))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp-oauth",
+            get(oauth::resource_metadata).with_state(Arc::clone(&guard)),
+        )
+        .route("/.well-known/oauth-protected-resource", get(oauth::resource_metadata).with_state(guard))
+        .route("/healthz", get(healthz).with_state(bridge))
 }
 
 /// 200 when the bridge answers `bridge.health`, 503 otherwise.

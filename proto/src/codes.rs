@@ -29,6 +29,8 @@ pub const SOCKET_PATH_IN_USE: &str = "SOCKET_PATH_IN_USE";
 
 /// The credential is missing, malformed, unknown or revoked.
 pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+/// `oauth.metadata`: this bridge takes no OAuth tokens (`SERVERFS_MCP_OAUTH_ISSUER` is unset).
+pub const OAUTH_NOT_CONFIGURED: &str = "OAUTH_NOT_CONFIGURED";
 /// The tool does not exist, or exists outside the caller's rights (the two are identical).
 pub const UNKNOWN_TOOL: &str = "UNKNOWN_TOOL";
 /// A tool argument breaks the tool's input schema; the message names the parameter.

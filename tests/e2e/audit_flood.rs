@@ -24,6 +24,7 @@ async fn call_as(
     let params = CallParams {
         credential: key.map(|k| format!("Bearer {k}")),
         surface: Surface::Mcp,
+        path: Default::default(),
         client: Some(ClientInfo { name: client_name.to_owned(), version: version.map(str::to_owned) }),
         name: name.to_owned(),
         arguments,

@@ -74,3 +74,31 @@ async fn the_legacy_conformance_suite_passes_with_its_fixture_only_baseline() {
 async fn the_2026_07_28_conformance_suite_passes_with_its_fixture_only_baseline() {
     run_suite("conformance-0.2.0-alpha.12", "baseline-0.2.0-alpha.12.yml", &["--requirements", "2026-07-28"]).await;
 }
+
+/// Issue 13 asks for the suites' server-side authorization scenarios against `/mcp-oauth`.
+/// The pinned suites have none: their `auth/*` scenarios test clients against the suite's own
+/// mock servers, and 0.2's "authorization server" scenarios test an authorization server,
+/// which this product never is. This pins that reading, so a suite upgrade that adds a
+/// server-side one fails here until it runs against the real front.
+#[tokio::test]
+async fn the_pinned_suites_have_no_server_side_authorization_scenario() {
+    for suite in ["conformance-0.1.16", "conformance-0.2.0-alpha.12"] {
+        let Some((node, entry)) = tools(suite) else { return };
+        let out = tokio::process::Command::new(&node).arg(&entry).arg("list").output().await.expect("list");
+        assert!(out.status.success(), "{suite} list: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let server: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Server scenarios"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .collect();
+        assert!(server.len() > 10, "{suite}: no server scenarios listed:\n{text}");
+        let auth: Vec<&&str> = server.iter().filter(|l| l.contains("auth")).collect();
+        assert!(
+            auth.is_empty(),
+            "{suite} now has server-side authorization scenarios: run them on /mcp-oauth: {auth:?}"
+        );
+        assert!(text.contains("auth/metadata-default"), "{suite}: the client auth scenarios moved:\n{text}");
+    }
+}

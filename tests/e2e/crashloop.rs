@@ -41,6 +41,7 @@ async fn send_submit(b: &TestBridge, prompt: &str, key: &str) -> UnixStream {
     let params = CallParams {
         credential: None,
         surface: Surface::Cli,
+        path: Default::default(),
         client: None,
         name: "submit_agent_task".to_owned(),
         arguments,

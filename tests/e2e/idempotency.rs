@@ -28,6 +28,7 @@ async fn submit_and_hang_up(bridge: &TestBridge, credential: &str, arguments: Va
     let params = CallParams {
         credential: Some(credential.to_owned()),
         surface: Surface::Mcp,
+        path: Default::default(),
         client: None,
         name: "submit_agent_task".to_owned(),
         arguments: object(arguments),

@@ -22,6 +22,7 @@ mod http_bounds;
 mod idempotency;
 mod idle;
 mod lifecycle;
+mod oauth;
 mod orphans;
 mod plans;
 mod policy;

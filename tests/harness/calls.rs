@@ -45,6 +45,7 @@ impl TestBridge {
         let params = CallParams {
             credential: credential.map(str::to_owned),
             surface,
+            path: Default::default(),
             client: None,
             name: name.to_owned(),
             arguments,
@@ -55,14 +56,20 @@ impl TestBridge {
 
     /// Lists the capabilities visible with a credential on the MCP surface.
     pub async fn list_mcp(&self, key: Option<&str>) -> Result<Value, CallError> {
-        let params = ListParams { credential: key.map(|k| format!("Bearer {k}")), surface: Surface::Mcp, client: None };
+        let params = ListParams {
+            credential: key.map(|k| format!("Bearer {k}")),
+            surface: Surface::Mcp,
+            path: Default::default(),
+            client: None,
+        };
         let Value::Object(params) = serde_json::to_value(params).expect("params") else { unreachable!() };
         self.client().call(methods::CAPABILITIES_LIST, params).await
     }
 
     /// Lists the capabilities visible with an exact credential string on any surface.
     pub async fn list_on(&self, surface: Surface, credential: Option<&str>) -> Result<Value, CallError> {
-        let params = ListParams { credential: credential.map(str::to_owned), surface, client: None };
+        let params =
+            ListParams { credential: credential.map(str::to_owned), surface, path: Default::default(), client: None };
         let Value::Object(params) = serde_json::to_value(params).expect("params") else { unreachable!() };
         self.client().call(methods::CAPABILITIES_LIST, params).await
     }

@@ -36,12 +36,13 @@ impl TestFront {
     }
 
     /// [`TestFront::start`] with an explicit executable (benchmarks pass cargo's own path).
+    /// `--listen` among `args` replaces the default `127.0.0.1:0`.
     pub async fn start_bin(bin: &Path, socket: &Path, args: &[&str]) -> TestFront {
         let dir = tempfile::Builder::new().prefix("ab-front-").tempdir().expect("temp dir");
         let log = std::fs::File::create(dir.path().join("front.log")).expect("log file");
+        let listen: &[&str] = if args.contains(&"--listen") { &[] } else { &["--listen", "127.0.0.1:0"] };
         let child = Command::new(bin)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
+            .args(listen)
             .arg("--bridge-socket")
             .arg(socket)
             .args(args)
@@ -132,6 +133,11 @@ impl HttpReply {
     /// The first value of header `name` (lowercase).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text (lossy).
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// The body as JSON (panics with the body when it is not).

@@ -96,6 +96,7 @@ impl Board {
         let params = CallParams {
             credential: Some(services.auth.board_credential().to_owned()),
             surface: Surface::Board,
+            path: Default::default(),
             client: Some(ClientInfo { name: "board".into(), version: None }),
             name: name.to_owned(),
             arguments,

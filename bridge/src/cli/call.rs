@@ -26,7 +26,14 @@ impl From<CallError> for Failure {
 /// Calls the capability `name` with `arguments` (an object) as the local operator.
 pub(super) async fn call(client: &Client, name: &str, arguments: Value) -> Result<Value, Failure> {
     let Value::Object(arguments) = arguments else { return Err(Failure::Usage("arguments must be an object".into())) };
-    let params = CallParams { credential: None, surface: Surface::Cli, client: None, name: name.to_owned(), arguments };
+    let params = CallParams {
+        credential: None,
+        surface: Surface::Cli,
+        path: Default::default(),
+        client: None,
+        name: name.to_owned(),
+        arguments,
+    };
     let Value::Object(params) = serde_json::to_value(params).unwrap_or_default() else {
         return Err(Failure::Usage("bad params".into()));
     };

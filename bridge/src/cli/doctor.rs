@@ -188,6 +188,7 @@ async fn status_from_bridge(client: &Client) -> Result<Value, String> {
     let params = CallParams {
         credential: None,
         surface: Surface::Cli,
+        path: Default::default(),
         client: None,
         name: "admin_workdir_status".into(),
         arguments: Map::new(),

@@ -107,6 +107,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
     let enable_fake_runtime = reader.boolean("SERVERFS_AGENT_ENABLE_FAKE_RUNTIME");
     let limits = read_limits(reader);
     let mcp_auth = read_mcp_auth(reader);
+    let oauth = super::oauth::read(reader);
     let codex = RuntimeBinary {
         bin: reader.path("SERVERFS_CODEX_BIN").flatten(),
         home: reader.path("SERVERFS_CODEX_HOME").flatten(),
@@ -128,6 +129,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         enable_fake_runtime: enable_fake_runtime?,
         limits: limits?,
         mcp_auth: mcp_auth?,
+        oauth: oauth?,
         codex,
         claude,
         workdirs,
@@ -423,6 +425,7 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
         }
     }
     workdirs::check_workdir_rules(config, &mut refusals);
+    super::oauth::check_rules(config, &mut refusals);
     refusals.into_result(())
 }
 

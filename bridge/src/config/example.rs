@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use super::keys::{self, Group, KEYS, KeySpec, Owner};
 
 /// The compose files at the repository root that read `.env` keys.
-pub const COMPOSE_FILES: [&str; 3] = ["compose.yml", "compose.agent.yml", "compose.publish.yml"];
+pub const COMPOSE_FILES: [&str; 4] = ["compose.yml", "compose.agent.yml", "compose.publish.yml", "compose.tls.yml"];
 
 /// The one key of `.env.example` outside the catalog: docker compose's own list of files,
 /// set so that every compose command includes the agent overlay.
@@ -34,8 +34,15 @@ fn heading(group: Group) -> (&'static str, &'static [&'static str]) {
             &["In compose the front listens on 0.0.0.0:8765 in its network; compose.agent.yml sets its socket."],
         ),
         Group::Auth => ("Auth: how MCP callers are identified (decided by the bridge)", &[]),
+        Group::OAuth => (
+            "OAuth: /mcp-oauth for claude.ai and ChatGPT connectors, tokens from your identity provider",
+            &[
+                "The bridge validates the IdP's JWT access tokens (signature from its JWKS, iss, aud = the",
+                "resource, exp); a subject with no role is refused. /mcp keeps API keys; see README.",
+            ],
+        ),
         Group::Compose => (
-            "Compose: the front's container (compose.yml, compose.agent.yml, compose.publish.yml)",
+            "Compose: the front's container (compose.yml, compose.agent.yml, compose.publish.yml, compose.tls.yml)",
             &[
                 "The container must run as the bridge user (SERVERFS_UID/GID = id -u / id -g), or the",
                 "bridge refuses its calls (PEER_NOT_AUTHORIZED); `config check` compares them.",
@@ -80,7 +87,8 @@ pub fn render() -> String {
         "",
         "# docker compose's own setting: every compose command (up, recreate, restart) includes the agent",
         "# overlay, which mounts the bridge socket. compose.yml alone starts a front that refuses to run",
-        "# (its socket directory is missing). Append :compose.publish.yml to publish the front on the host.",
+        "# (its socket directory is missing). Append :compose.publish.yml to publish the front on the host,",
+        "# or :compose.tls.yml for public HTTPS through Caddy (never both).",
         COMPOSE_FILE_LINE,
     ] {
         let _ = writeln!(w, "{line}");

@@ -29,6 +29,8 @@ pub enum Group {
     Front,
     /// How `mcp-front` callers are authenticated.
     Auth,
+    /// How `/mcp-oauth` callers are authenticated: the identity provider and the role mapping.
+    OAuth,
     /// How compose runs the front's container (`compose.yml` and its overlays).
     Compose,
     /// The local web board.
@@ -262,6 +264,70 @@ pub static KEYS: &[KeySpec] = &[
         "Allow tunnel mode while the front listens on (or is published to) a loopback address.",
     ),
     ours(
+        "SERVERFS_MCP_OAUTH_ISSUER",
+        None,
+        Group::OAuth,
+        "The identity provider's issuer URL; set with the resource to serve /mcp-oauth (empty: off).",
+    ),
+    ours(
+        "SERVERFS_MCP_OAUTH_RESOURCE",
+        None,
+        Group::OAuth,
+        "The public URL of /mcp-oauth (https://host/mcp-oauth): the access tokens' audience.",
+    ),
+    ours(
+        "SERVERFS_MCP_OAUTH_JWKS_URL",
+        None,
+        Group::OAuth,
+        "Where the IdP's signing keys are, when not at discovery's jwks_uri on the issuer's origin.",
+    ),
+    ours(
+        "SERVERFS_MCP_OAUTH_SCOPES",
+        Some("agent-bridge:operator"),
+        Group::OAuth,
+        "The scopes a client is told to ask for (the 401's scope and the metadata's scopes_supported).",
+    ),
+    ours(
+        "SERVERFS_MCP_OAUTH_ROLE_PREFIX",
+        Some("agent-bridge:"),
+        Group::OAuth,
+        "A token scope or role-claim value <prefix>viewer, <prefix>operator or <prefix>admin grants that role.",
+    ),
+    ours(
+        "SERVERFS_MCP_OAUTH_ROLE_CLAIM",
+        None,
+        Group::OAuth,
+        "A claim whose values grant roles too, e.g. roles, groups or realm_access.roles (empty: scopes only).",
+    ),
+    ours("SERVERFS_MCP_OAUTH_ADMINS", None, Group::OAuth, "Token subjects (sub) that are admins, comma-separated."),
+    ours(
+        "SERVERFS_MCP_OAUTH_OPERATORS",
+        None,
+        Group::OAuth,
+        "Token subjects (sub) that are operators, comma-separated.",
+    ),
+    ours("SERVERFS_MCP_OAUTH_VIEWERS", None, Group::OAuth, "Token subjects (sub) that are viewers, comma-separated."),
+    ours(
+        "SERVERFS_MCP_OAUTH_WORKDIRS",
+        None,
+        Group::OAuth,
+        "The workdir aliases OAuth callers may use, comma-separated (empty or *: all).",
+    ),
+    ours(
+        "SERVERFS_MCP_OAUTH_LEEWAY_SECONDS",
+        Some("30"),
+        Group::OAuth,
+        "Clock skew allowed on a token's exp and nbf, in seconds (at most 300).",
+    ),
+    ours(
+        "SERVERFS_MCP_OAUTH_INTROSPECTION_URL",
+        None,
+        Group::OAuth,
+        "RFC 7662 introspection endpoint for opaque (non-JWT) tokens (empty: JWTs only).",
+    ),
+    ours("SERVERFS_MCP_OAUTH_CLIENT_ID", None, Group::OAuth, "The client id the bridge introspects with."),
+    ours("SERVERFS_MCP_OAUTH_CLIENT_SECRET", None, Group::OAuth, "That client's secret."),
+    ours(
         "SERVERFS_UID",
         None,
         Group::Compose,
@@ -272,6 +338,18 @@ pub static KEYS: &[KeySpec] = &[
         None,
         Group::Compose,
         "The front container's gid: the bridge user's (id -g); empty = 10001, for compose.yml alone.",
+    ),
+    ours(
+        "SERVERFS_PUBLIC_DOMAIN",
+        None,
+        Group::Compose,
+        "compose.tls.yml: the public DNS name Caddy gets a certificate for (and the front accepts as Host).",
+    ),
+    ours(
+        "SERVERFS_ACME_EMAIL",
+        None,
+        Group::Compose,
+        "compose.tls.yml: the contact address of the certificate's ACME account.",
     ),
     ours(
         "SERVERFS_MCP_FRONT_IMAGE",

@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod env;
 pub mod example;
 pub mod keys;
+pub mod oauth;
 mod refusals;
 pub mod render;
 mod report;
@@ -48,6 +49,10 @@ pub struct BridgeConfig {
     pub limits: Limits,
     /// How MCP callers are authenticated.
     pub mcp_auth: McpAuth,
+    /// How `/mcp-oauth` callers are authenticated (`None`: that path is off). Configs rendered
+    /// before it existed load without it.
+    #[serde(default)]
+    pub oauth: Option<oauth::OAuthConfig>,
     /// The Codex CLI.
     pub codex: RuntimeBinary,
     /// The Claude Code CLI.

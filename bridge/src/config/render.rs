@@ -164,6 +164,7 @@ mod tests {
             enable_fake_runtime: true,
             limits: Limits::default(),
             mcp_auth: McpAuth::default(),
+            oauth: None,
             codex: RuntimeBinary { bin: None, home: Some(PathBuf::from("/home/op/.codex")) },
             claude: RuntimeBinary::default(),
             workdirs: vec![Workdir {

@@ -137,7 +137,13 @@ pub(super) async fn run(inner: &Arc<Inner>, plan_id: &str, stop: &CancellationTo
 /// them and answers them with `get_agent_task` like any task. The policy was checked for
 /// this owner when the plan was filed, and a human approved it since.
 fn owner(plan: &PlanRow) -> Principal {
-    Principal { name: plan.principal.clone(), role: crate::config::Role::Operator, workdirs: None, key_id: None }
+    Principal {
+        name: plan.principal.clone(),
+        role: crate::config::Role::Operator,
+        workdirs: None,
+        key_id: None,
+        display: None,
+    }
 }
 
 async fn start(inner: &Arc<Inner>, plan: &PlanRow, step: &StepRow, prior: Option<String>) -> Start {

@@ -7,6 +7,10 @@
 //! board surface is the board inside this process: it authenticates with a random credential
 //! that never leaves the process, so no socket client can claim the board surface.
 //!
+//! On the `mcp` surface the front says which path a call came on: `/mcp` takes API keys (or
+//! tunnel mode), `/mcp-oauth` takes only access tokens of the configured identity provider,
+//! checked by [`crate::oauth::Verifier`]; neither path takes the other's credential.
+//!
 //! A person reaches the board with a board token (`agent-bridge board token`): this module
 //! issues them (only their hash is stored), checks a presented one against every live token in
 //! constant time, opens the board session it buys ([`Sessions`]) and, when the tokens are
@@ -21,10 +25,11 @@ use crate::config::{McpAuth, McpAuthMode};
 use crate::error::{ToolError, code};
 use crate::keys::{KeyCache, hash_secret};
 use crate::model::Principal;
+use crate::oauth::Verifier;
 use crate::provider::peers::TaskOrigin;
 use crate::store::Store;
 use crate::store::board::BoardTokenRow;
-use bridge_proto::methods::Surface;
+use bridge_proto::methods::{McpPath, Surface};
 
 /// The connecting process, as the kernel reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +60,26 @@ pub struct Auth {
     board: Arc<str>,
     /// The sessions board tokens opened.
     sessions: Sessions,
+    /// The OAuth token verifier, when `/mcp-oauth` is configured.
+    oauth: Option<Arc<Verifier>>,
+}
+
+/// A refused credential: what the caller is told and, for an OAuth token, what the audit row
+/// keeps (the reason's code, and the principal a valid token with no role would have been).
+#[derive(Debug)]
+pub struct AuthFailure {
+    /// The error the caller gets.
+    pub error: ToolError,
+    /// The audit row's code, when more precise than the error's.
+    pub audit_code: Option<&'static str>,
+    /// The principal the audit row names, when the credential identified one.
+    pub principal: Option<String>,
+}
+
+impl From<ToolError> for AuthFailure {
+    fn from(error: ToolError) -> AuthFailure {
+        AuthFailure { error, audit_code: None, principal: None }
+    }
 }
 
 impl std::fmt::Debug for Auth {
@@ -67,7 +92,18 @@ impl Auth {
     /// An authenticator with the MCP auth settings, the key cache and the bridge's own uid.
     pub fn new(mcp: McpAuth, keys: KeyCache, own_uid: u32) -> Auth {
         let board = format!("board {}", crate::ids::hex(&crate::ids::random_bytes::<32>()));
-        Auth { mcp, keys, own_uid, board: board.into(), sessions: Sessions::default() }
+        Auth { mcp, keys, own_uid, board: board.into(), sessions: Sessions::default(), oauth: None }
+    }
+
+    /// The same, taking `/mcp-oauth` tokens with `verifier`.
+    pub fn with_oauth(mut self, verifier: Arc<Verifier>) -> Auth {
+        self.oauth = Some(verifier);
+        self
+    }
+
+    /// The OAuth verifier, when `/mcp-oauth` is configured.
+    pub fn oauth(&self) -> Option<&Arc<Verifier>> {
+        self.oauth.as_ref()
     }
 
     /// The credential the in-process board calls the registry with (never sent anywhere).
@@ -140,14 +176,63 @@ impl Auth {
     }
 
     /// Who is calling, or `UNAUTHENTICATED`.
-    pub fn resolve(&self, credential: Option<&str>, surface: Surface, peer: &Peer) -> Result<Principal, ToolError> {
+    pub async fn resolve(
+        &self,
+        credential: Option<&str>,
+        surface: Surface,
+        path: McpPath,
+        peer: &Peer,
+    ) -> Result<Principal, AuthFailure> {
         if let Some(origin) = &peer.in_task {
             let which = origin.task_id.as_deref().map(|t| format!(" {t}")).unwrap_or_default();
             return Err(ToolError::new(
                 code::PEER_NOT_AUTHORIZED,
                 format!("a process of agent task{which} may not use the bridge socket ({})", origin.evidence),
-            ));
+            )
+            .into());
         }
+        if path == McpPath::Oauth {
+            return self.resolve_oauth(credential, surface).await;
+        }
+        Ok(self.resolve_local(credential, surface, peer)?)
+    }
+
+    /// A `/mcp-oauth` caller: only the `mcp` surface, only an access token the verifier accepts.
+    async fn resolve_oauth(&self, credential: Option<&str>, surface: Surface) -> Result<Principal, AuthFailure> {
+        let unauthenticated = |why: String| ToolError::new(code::UNAUTHENTICATED, why);
+        let Some(verifier) = self.oauth.as_ref().filter(|_| surface == Surface::Mcp) else {
+            let why = if surface == Surface::Mcp {
+                "this bridge takes no OAuth tokens (SERVERFS_MCP_OAUTH_ISSUER is unset)"
+            } else {
+                "only the mcp surface takes OAuth tokens"
+            };
+            return Err(unauthenticated(why.into()).into());
+        };
+        match verifier.authenticate(credential).await {
+            Ok(holder) => Ok(Principal {
+                name: holder.principal,
+                role: holder.role,
+                workdirs: verifier.config().workdirs.clone(),
+                key_id: None,
+                display: holder.display,
+            }),
+            Err(refused) => {
+                tracing::info!(reason = refused.audit_code(), "refused an OAuth token: {refused}");
+                let principal = match &refused {
+                    crate::oauth::Refused::NoRole { principal } => Some(principal.clone()),
+                    _ => None,
+                };
+                Err(AuthFailure {
+                    error: unauthenticated(refused.to_string()),
+                    audit_code: Some(refused.audit_code()),
+                    principal,
+                })
+            }
+        }
+    }
+
+    /// A caller of the board, the CLI or `/mcp`.
+    fn resolve_local(&self, credential: Option<&str>, surface: Surface, peer: &Peer) -> Result<Principal, ToolError> {
         let credential = credential.map(str::trim).filter(|c| !c.is_empty());
         match surface {
             Surface::Board => {
@@ -166,6 +251,7 @@ impl Auth {
                     role: self.mcp.tunnel_role.min(crate::config::Role::Operator),
                     workdirs: None,
                     key_id: None,
+                    display: None,
                 });
             }
             _ => {}
@@ -178,7 +264,13 @@ impl Auth {
             _ => return Err(unauthenticated("the credential must be of the form 'Bearer <key>'")),
         };
         let key = self.keys.find(secret).ok_or_else(|| unauthenticated("the key is unknown or revoked"))?;
-        Ok(Principal { name: key.name, role: key.role, workdirs: key.workdirs, key_id: Some(key.key_id) })
+        Ok(Principal {
+            name: key.name,
+            role: key.role,
+            workdirs: key.workdirs,
+            key_id: Some(key.key_id),
+            display: None,
+        })
     }
 }
 

@@ -29,13 +29,17 @@ pub(super) fn all() -> Vec<Capability> {
                 Annotations::READ,
             ),
             |ctx: CallCtx, _: NoArgs| async move {
-                Ok(json!({
+                let mut me = json!({
                     "principal": ctx.principal.name,
                     "role": ctx.principal.role.as_str(),
                     "surface": ctx.surface.as_str(),
                     "visible_tools": ctx.visible_tools,
                     "workdirs": ctx.principal.workdirs,
-                }))
+                });
+                if let Some(display) = &ctx.principal.display {
+                    me["display_name"] = json!(display);
+                }
+                Ok(me)
             },
         ),
         Capability::new(

@@ -168,8 +168,10 @@ impl Registry {
     }
 
     /// `capabilities.list`: the tools the caller may see.
-    pub fn list(&self, params: &ListParams, peer: &Peer) -> Result<Value, ToolError> {
-        let principal = self.services.auth.resolve(params.credential.as_deref(), params.surface, peer)?;
+    pub async fn list(&self, params: &ListParams, peer: &Peer) -> Result<Value, ToolError> {
+        let auth = &self.services.auth;
+        let principal =
+            auth.resolve(params.credential.as_deref(), params.surface, params.path, peer).await.map_err(|f| f.error)?;
         let tools: Vec<Value> = self.visible(principal.role, params.surface).map(Capability::view).collect();
         Ok(json!({ "tools": tools, "principal": { "name": principal.name, "role": principal.role.as_str() } }))
     }
@@ -242,7 +244,7 @@ impl Registry {
                 key_id.clone()
             }
             Err((e, key_id)) => {
-                row.error_code = Some(e.code.to_owned());
+                row.error_code.get_or_insert_with(|| e.code.to_owned());
                 if row.outcome != AuditOutcome::Denied {
                     row.outcome =
                         if e.code == code::INVALID_ARGUMENT { AuditOutcome::Invalid } else { AuditOutcome::Error };
@@ -287,8 +289,15 @@ impl Registry {
         peer: &Peer,
         row: &mut AuditRow,
     ) -> Result<(Value, Option<String>), (ToolError, Option<String>)> {
-        let principal =
-            self.services.auth.resolve(params.credential.as_deref(), params.surface, peer).map_err(|e| (e, None))?;
+        let resolved =
+            self.services.auth.resolve(params.credential.as_deref(), params.surface, params.path, peer).await;
+        let principal = resolved.map_err(|failure| {
+            // The audit row keeps an OAuth refusal's reason and, for a valid token with no
+            // role, whose it was.
+            row.error_code = failure.audit_code.map(str::to_owned);
+            row.principal = failure.principal;
+            (failure.error, None)
+        })?;
         let key_id = principal.key_id.clone();
         row.principal = Some(principal.name.clone());
         row.role = Some(principal.role);

@@ -193,9 +193,27 @@ async fn dispatch(registry: &Registry, request: Request, peer: &Peer) -> Result<
                 "containment": tasks.providers().containment().caller_json(),
             }))
         }
+        methods::OAUTH_METADATA => {
+            let _: methods::OauthMetadataParams = params(methods::OAUTH_METADATA, request.params)?;
+            let Some(verifier) = registry.services().auth.oauth() else {
+                return Err(ErrorBody::new(
+                    codes::OAUTH_NOT_CONFIGURED,
+                    "this bridge takes no OAuth tokens (SERVERFS_MCP_OAUTH_ISSUER is unset)",
+                ));
+            };
+            let config = verifier.config();
+            let metadata = methods::OauthMetadata {
+                resource: config.resource.clone(),
+                resource_metadata: config.metadata_url(),
+                scope: config.scopes.join(" "),
+                document: verifier.metadata_document(),
+            };
+            serde_json::to_value(metadata)
+                .map_err(|e| ErrorBody::new(codes::BRIDGE_PROTOCOL_ERROR, format!("cannot encode the metadata: {e}")))
+        }
         methods::CAPABILITIES_LIST => {
             let p: ListParams = params(methods::CAPABILITIES_LIST, request.params)?;
-            registry.list(&p, peer).map_err(tool_error)
+            registry.list(&p, peer).await.map_err(tool_error)
         }
         methods::CAPABILITIES_CALL => {
             let p: CallParams = params(methods::CAPABILITIES_CALL, request.params)?;

@@ -180,6 +180,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
             tunnel_principal: "openai-tunnel@example.com".into(),
             tunnel_role: Role::Viewer,
         },
+        oauth: None,
         codex: RuntimeBinary {
             bin: Some(PathBuf::from("/usr/local/bin/codex")),
             home: Some(home.join(".codex-bridge")),
@@ -736,5 +737,66 @@ fn tunnel_mode_is_refused_on_loopback_unless_meant_and_never_admin() -> TestResu
         let report = fixture.load(&text).map_err(|r| format!("refused:\n{text}\n{r}"))?;
         assert!(report.config.mcp_auth.tunnel_role <= Role::Operator);
     }
+    Ok(())
+}
+
+#[test]
+fn oauth_settings_are_read_and_checked() -> TestResult {
+    let f = Fixture::new()?;
+    let report = f
+        .load(&f.expand(
+            "$ALPHA\nSERVERFS_MCP_OAUTH_ISSUER=https://idp.example/realms/main\n\
+             SERVERFS_MCP_OAUTH_RESOURCE=https://front.example/mcp-oauth\n\
+             SERVERFS_MCP_OAUTH_ROLE_CLAIM=realm_access.roles\nSERVERFS_MCP_OAUTH_ADMINS=auth0|1, boss\n\
+             SERVERFS_MCP_OAUTH_WORKDIRS=alpha\nSERVERFS_MCP_OAUTH_SCOPES=openid agent-bridge:operator\n",
+        ))
+        .map_err(|r| r.to_string())?;
+    let oauth = report.config.oauth.expect("OAuth is on");
+    assert_eq!(oauth.issuer, "https://idp.example/realms/main");
+    assert_eq!(oauth.resource, "https://front.example/mcp-oauth");
+    assert_eq!(oauth.metadata_url(), "https://front.example/.well-known/oauth-protected-resource/mcp-oauth");
+    assert_eq!(oauth.scopes, ["openid", "agent-bridge:operator"]);
+    assert_eq!(oauth.role_prefix, "agent-bridge:");
+    assert_eq!(oauth.role_claim.as_deref(), Some("realm_access.roles"));
+    assert_eq!(oauth.admins, ["auth0|1", "boss"]);
+    assert_eq!(oauth.workdirs, Some(vec!["alpha".to_owned()]));
+    assert_eq!(oauth.leeway_seconds, 30);
+    assert!(oauth.introspection.is_none());
+    // Off by default, and a loopback test IdP over http is accepted.
+    assert!(f.load("").map_err(|r| r.to_string())?.config.oauth.is_none());
+    let local = f
+        .load("SERVERFS_MCP_OAUTH_ISSUER=http://127.0.0.1:9000\nSERVERFS_MCP_OAUTH_RESOURCE=http://127.0.0.1:8765/mcp-oauth\n")
+        .map_err(|r| r.to_string())?;
+    assert_eq!(local.config.oauth.map(|o| o.resource).as_deref(), Some("http://127.0.0.1:8765/mcp-oauth"));
+
+    let both =
+        "SERVERFS_MCP_OAUTH_ISSUER=https://idp.example\nSERVERFS_MCP_OAUTH_RESOURCE=https://front.example/mcp-oauth\n";
+    let with = |extra: &str| format!("$ALPHA\n{both}{extra}\n");
+    let cases = [
+        (with("SERVERFS_MCP_OAUTH_ISSUER=x"), "SERVERFS_MCP_OAUTH_ISSUER", "duplicate key"),
+        ("SERVERFS_MCP_OAUTH_ISSUER=http://idp.example\nSERVERFS_MCP_OAUTH_RESOURCE=https://f.example/mcp-oauth".into(), "SERVERFS_MCP_OAUTH_ISSUER", "must be https://"),
+        ("SERVERFS_MCP_OAUTH_ISSUER=idp.example\nSERVERFS_MCP_OAUTH_RESOURCE=https://f.example/mcp-oauth".into(), "SERVERFS_MCP_OAUTH_ISSUER", "not an absolute URL"),
+        ("SERVERFS_MCP_OAUTH_ISSUER=https://u:p@idp.example\nSERVERFS_MCP_OAUTH_RESOURCE=https://f.example/mcp-oauth".into(), "SERVERFS_MCP_OAUTH_ISSUER", "credentials"),
+        ("SERVERFS_MCP_OAUTH_ISSUER=https://idp.example".into(), "SERVERFS_MCP_OAUTH_RESOURCE", "is required"),
+        ("SERVERFS_MCP_OAUTH_RESOURCE=https://f.example/mcp-oauth".into(), "SERVERFS_MCP_OAUTH_ISSUER", "is required"),
+        ("SERVERFS_MCP_OAUTH_ISSUER=https://idp.example\nSERVERFS_MCP_OAUTH_RESOURCE=https://f.example/mcp".into(), "SERVERFS_MCP_OAUTH_RESOURCE", "/mcp-oauth"),
+        ("SERVERFS_MCP_OAUTH_ISSUER=https://idp.example\nSERVERFS_MCP_OAUTH_RESOURCE=https://f.example/mcp-oauth?x=1".into(), "SERVERFS_MCP_OAUTH_RESOURCE", "no query"),
+        ("SERVERFS_MCP_OAUTH_ADMINS=boss".into(), "SERVERFS_MCP_OAUTH_ADMINS", "SERVERFS_MCP_OAUTH_ISSUER is not"),
+        (with("SERVERFS_MCP_OAUTH_JWKS_URL=ftp://keys.example/jwks"), "SERVERFS_MCP_OAUTH_JWKS_URL", "must be https://"),
+        (with("SERVERFS_MCP_OAUTH_WORKDIRS=alpha,nowhere"), "SERVERFS_MCP_OAUTH_WORKDIRS", "\"nowhere\" is not a configured workdir"),
+        (with("SERVERFS_MCP_OAUTH_ROLE_CLAIM=realm access"), "SERVERFS_MCP_OAUTH_ROLE_CLAIM", "not a claim name"),
+        (with("SERVERFS_MCP_OAUTH_LEEWAY_SECONDS=301"), "SERVERFS_MCP_OAUTH_LEEWAY_SECONDS", "from 0 to 300"),
+        (with("SERVERFS_MCP_OAUTH_SCOPES=\"a\\\"b\""), "SERVERFS_MCP_OAUTH_SCOPES", "no quotes"),
+        (with("SERVERFS_MCP_OAUTH_INTROSPECTION_URL=https://idp.example/introspect"), "SERVERFS_MCP_OAUTH_INTROSPECTION_URL", "together"),
+    ];
+    for (text, key, expected) in &cases {
+        let text = f.expand(text);
+        assert_refused(&f.refusals(&text), key, expected, &text);
+    }
+    // The client secret is never shown, whatever is wrong around it.
+    let text =
+        f.expand(&with("SERVERFS_MCP_OAUTH_CLIENT_ID=bridge\nSERVERFS_MCP_OAUTH_CLIENT_SECRET=s3cr3t-value-xyz"));
+    let refusals = f.refusals(&text);
+    assert!(!Refusals(refusals).to_string().contains("s3cr3t-value-xyz"));
     Ok(())
 }

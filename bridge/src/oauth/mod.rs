@@ -1,0 +1,234 @@
+//! OAuth access tokens on `/mcp-oauth`: the bridge as a resource server for the operator's
+//! identity provider (MCP authorization, RFC 9728, RFC 8707, RFC 9068). It never issues tokens.
+//!
+//! A JWT is accepted only when its header names an asymmetric algorithm this bridge allows
+//! (RS*, PS*, ES256, ES384, EdDSA: never `none`, never HS*), its signature verifies with one
+//! of the IdP's published keys ([`keys`]), `iss` is the configured issuer exactly, `aud`
+//! contains this resource, `exp` has not passed and `nbf` has (with the configured leeway),
+//! and its subject maps to a role ([`claims`]). An opaque token is accepted only through the
+//! IdP's introspection endpoint when one is configured (RFC 7662). Anything else is a
+//! [`Refused`] with a reason: the caller sees it as `UNAUTHENTICATED`, the audit row keeps it.
+
+use jsonwebtoken::{Algorithm, Validation};
+use serde_json::{Map, Value, json};
+
+use crate::config::Role;
+use crate::config::oauth::OAuthConfig;
+
+pub mod claims;
+mod http;
+mod introspect;
+pub mod keys;
+#[cfg(test)]
+mod tests;
+
+pub use http::Http;
+
+/// The algorithms a token may be signed with.
+pub const ACCEPTED_ALGORITHMS: &[Algorithm] = &[
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
+
+/// The longest token looked at, in bytes.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+
+/// Why a token was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// No `Authorization: Bearer <token>`.
+    #[error("an access token is required: send Authorization: Bearer <token> from your identity provider")]
+    Missing,
+    /// Not a JWS compact token (and no introspection to ask).
+    #[error("the token is not a JWT access token this resource can verify")]
+    Malformed,
+    /// The header names an algorithm outside [`ACCEPTED_ALGORITHMS`].
+    #[error("the token's signing algorithm is not accepted (RS256, ES256, EdDSA and their kin only)")]
+    Algorithm,
+    /// The header names a key the IdP does not publish.
+    #[error("the token is signed with a key the identity provider does not publish")]
+    UnknownKey,
+    /// The IdP's keys could not be fetched and none are cached.
+    #[error("the identity provider's signing keys cannot be fetched right now")]
+    KeysUnavailable(String),
+    /// The signature does not verify.
+    #[error("the token's signature does not verify")]
+    Signature,
+    /// `exp` has passed.
+    #[error("the token has expired")]
+    Expired,
+    /// `nbf` has not come yet.
+    #[error("the token is not valid yet")]
+    NotYetValid,
+    /// `iss` is not the configured issuer.
+    #[error("the token was issued by another issuer")]
+    Issuer,
+    /// `aud` does not contain this resource.
+    #[error("the token was issued for another resource (aud)")]
+    Audience,
+    /// A required claim is absent.
+    #[error("the token lacks the {0} claim")]
+    MissingClaim(&'static str),
+    /// `sub` is not usable as a principal name.
+    #[error("the token's subject is not usable (printable ASCII without spaces, at most 255 bytes)")]
+    Subject,
+    /// A valid token whose subject the mapping gives no role.
+    #[error("the token's subject has no role on this bridge")]
+    NoRole {
+        /// The principal it would have been.
+        principal: String,
+    },
+    /// Introspection says the token is not active.
+    #[error("the identity provider says the token is not active")]
+    Inactive,
+    /// Introspection could not be done.
+    #[error("the identity provider could not be asked about the token")]
+    IntrospectionFailed(String),
+}
+
+impl Refused {
+    /// The reason's code in the audit row (the caller sees `UNAUTHENTICATED`).
+    pub fn audit_code(&self) -> &'static str {
+        match self {
+            Refused::Missing => "UNAUTHENTICATED",
+            Refused::Malformed => "OAUTH_TOKEN_MALFORMED",
+            Refused::Algorithm => "OAUTH_ALGORITHM_REFUSED",
+            Refused::UnknownKey => "OAUTH_UNKNOWN_KEY",
+            Refused::KeysUnavailable(_) => "OAUTH_KEYS_UNAVAILABLE",
+            Refused::Signature => "OAUTH_BAD_SIGNATURE",
+            Refused::Expired => "OAUTH_TOKEN_EXPIRED",
+            Refused::NotYetValid => "OAUTH_TOKEN_NOT_YET_VALID",
+            Refused::Issuer => "OAUTH_WRONG_ISSUER",
+            Refused::Audience => "OAUTH_WRONG_AUDIENCE",
+            Refused::MissingClaim(_) => "OAUTH_MISSING_CLAIM",
+            Refused::Subject => "OAUTH_BAD_SUBJECT",
+            Refused::NoRole { .. } => "OAUTH_NO_ROLE",
+            Refused::Inactive => "OAUTH_TOKEN_INACTIVE",
+            Refused::IntrospectionFailed(_) => "OAUTH_INTROSPECTION_FAILED",
+        }
+    }
+}
+
+/// Who a valid token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The principal: `oauth:<sub>`.
+    pub principal: String,
+    /// A name to show (`email` or `preferred_username`), when the token has one.
+    pub display: Option<String>,
+    /// The role the mapping gives.
+    pub role: Role,
+}
+
+/// Checks `/mcp-oauth` tokens for one configured identity provider.
+pub struct Verifier {
+    config: OAuthConfig,
+    keys: keys::KeyStore,
+    introspection: Option<introspect::Introspector>,
+}
+
+impl Verifier {
+    /// A verifier for `config`, reaching the IdP with `http`.
+    pub fn new(config: OAuthConfig, http: Http) -> Verifier {
+        let keys = keys::KeyStore::new(http.clone(), config.issuer.clone(), config.jwks_url.clone());
+        let introspection = config.introspection.clone().map(|i| introspect::Introspector::new(http, i));
+        Verifier { config, keys, introspection }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &OAuthConfig {
+        &self.config
+    }
+
+    /// The Protected Resource Metadata document (RFC 9728) of `/mcp-oauth`.
+    pub fn metadata_document(&self) -> Value {
+        json!({
+            "resource": self.config.resource,
+            "authorization_servers": [self.config.issuer],
+            "scopes_supported": self.config.scopes,
+            "bearer_methods_supported": ["header"],
+            "resource_signing_alg_values_supported": ACCEPTED_ALGORITHMS.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>(),
+            "resource_name": "agent-bridge",
+        })
+    }
+
+    /// Checks a presented `Authorization` value and says whom it speaks for.
+    pub async fn authenticate(&self, credential: Option<&str>) -> Result<Holder, Refused> {
+        let credential = credential.map(str::trim).filter(|c| !c.is_empty()).ok_or(Refused::Missing)?;
+        let token = match credential.split_once(char::is_whitespace) {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest.trim(),
+            _ => return Err(Refused::Malformed),
+        };
+        if token.is_empty() || token.len() > MAX_TOKEN_BYTES || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Refused::Malformed);
+        }
+        let claims = if token.bytes().filter(|b| *b == b'.').count() == 2 {
+            self.verify_jwt(token).await?
+        } else if let Some(introspection) = &self.introspection {
+            introspection.introspect(token, &self.config, self.now()).await?
+        } else {
+            return Err(Refused::Malformed);
+        };
+        self.holder(&claims)
+    }
+
+    fn now(&self) -> i64 {
+        jsonwebtoken::get_current_timestamp() as i64
+    }
+
+    /// The claims of a JWT whose signature, issuer, audience and times all check.
+    async fn verify_jwt(&self, token: &str) -> Result<Map<String, Value>, Refused> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| match e.kind() {
+            // `none`, HS* spelled oddly, or any name the JOSE crate does not know.
+            jsonwebtoken::errors::ErrorKind::Json(_) => Refused::Algorithm,
+            _ => Refused::Malformed,
+        })?;
+        if !ACCEPTED_ALGORITHMS.contains(&header.alg) {
+            return Err(Refused::Algorithm);
+        }
+        let key = self.keys.key_for(header.kid.as_deref(), header.alg).await?;
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.leeway = self.config.leeway_seconds;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&self.config.issuer]);
+        validation.set_audience(&[&self.config.resource]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind as K;
+            match e.kind() {
+                K::InvalidSignature => Refused::Signature,
+                K::ExpiredSignature => Refused::Expired,
+                K::ImmatureSignature => Refused::NotYetValid,
+                K::InvalidIssuer => Refused::Issuer,
+                K::InvalidAudience => Refused::Audience,
+                K::MissingRequiredClaim(c) => Refused::MissingClaim(match c.as_str() {
+                    "exp" => "exp",
+                    "iss" => "iss",
+                    "aud" => "aud",
+                    _ => "sub",
+                }),
+                K::InvalidAlgorithm | K::InvalidAlgorithmName => Refused::Algorithm,
+                _ => Refused::Malformed,
+            }
+        })?;
+        Ok(data.claims)
+    }
+
+    /// The holder of verified claims, or [`Refused::NoRole`].
+    fn holder(&self, claims: &Map<String, Value>) -> Result<Holder, Refused> {
+        let subject = claims::subject(claims)?;
+        let principal = format!("oauth:{subject}");
+        match claims::role_of(&self.config, claims, &subject) {
+            Some(role) => Ok(Holder { principal, display: claims::display(claims), role }),
+            None => Err(Refused::NoRole { principal }),
+        }
+    }
+}
