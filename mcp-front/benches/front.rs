@@ -1,7 +1,10 @@
 //! Load through the front: `tools/call get_agent_task` over HTTP (keep-alive, one connection
 //! per client) through the real `mcp-front` and `agent-bridge` at 1, 16 and 64 concurrent
 //! clients, beside the same call on the bridge socket alone (one connection per client), with
-//! the front's overhead as a ratio and its resident memory under that load.
+//! the front's overhead as a ratio and its resident memory under that load; then the same call
+//! on `/mcp` with an API key beside `/mcp-oauth` with an RS256 JWT access token (the stand-in
+//! IdP's keys cached after the first call), with the bridge's CPU time per call for each: the
+//! difference is what validating a token costs.
 //!
 //! Run: `cargo build --release -p agent-bridge && cargo bench -p mcp-front --bench front`.
 //! Figures depend on the machine; compare the ratios of one run, not absolute numbers.
@@ -30,11 +33,11 @@ struct HttpClient {
 }
 
 impl HttpClient {
-    async fn connect(addr: SocketAddr, key: &str) -> HttpClient {
+    async fn connect(addr: SocketAddr, path: &str, key: &str) -> HttpClient {
         let stream = TcpStream::connect(addr).await.expect("connect to the front");
         stream.set_nodelay(true).expect("nodelay");
         let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
              Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n\
              Authorization: Bearer {key}\r\n"
         );
@@ -73,15 +76,19 @@ struct Run {
 }
 
 async fn through_front(addr: SocketAddr, key: &str, clients: usize, calls: usize, task_id: &str) -> Run {
+    through_path(addr, "/mcp", key, clients, calls, task_id).await
+}
+
+async fn through_path(addr: SocketAddr, path: &str, key: &str, clients: usize, calls: usize, task_id: &str) -> Run {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": { "name": "get_agent_task", "arguments": { "task_id": task_id } } })
     .to_string();
     let started = Instant::now();
     let mut handles = Vec::new();
     for _ in 0..clients {
-        let (key, body) = (key.to_owned(), body.clone());
+        let (path, key, body) = (path.to_owned(), key.to_owned(), body.clone());
         handles.push(tokio::spawn(async move {
-            let mut client = HttpClient::connect(addr, &key).await;
+            let mut client = HttpClient::connect(addr, &path, &key).await;
             let mut latencies = Vec::with_capacity(calls);
             for _ in 0..calls {
                 let t = Instant::now();
@@ -170,6 +177,93 @@ fn rss_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// User plus system CPU time of a process so far (`/proc/PID/stat`, clock ticks of 10 ms).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = after_comm.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
+    // Fields 14 and 15 of stat (utime, stime) are the 12th and 13th after the command name.
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// The RS256 test key the bridge's own OAuth tests use (a test-only key).
+const TEST_KEY: &[u8] = include_bytes!("../../bridge/src/oauth/testdata/rsa.pem");
+
+/// A front and bridge with `/mcp-oauth` on, trusting a stand-in IdP that publishes
+/// [`TEST_KEY`]; returns them with a token for `oauth:bench` (operator).
+async fn oauth_stack() -> (TestBridge, TestFront, String, tokio::task::JoinHandle<()>) {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, jwk::Jwk};
+    let idp = std::sync::Arc::new(e2e::idp::StandinIdp::default());
+    let (issuer, server) = idp.serve().await;
+    let key = EncodingKey::from_rsa_pem(TEST_KEY).expect("the test key");
+    let mut jwk = serde_json::to_value(Jwk::from_encoding_key(&key, Algorithm::RS256).expect("jwk")).expect("jwk");
+    jwk["kid"] = json!("bench-1");
+    idp.set(
+        "/.well-known/oauth-authorization-server",
+        200,
+        &json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
+    );
+    idp.set("/jwks", 200, &json!({"keys": [jwk]}));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let resource = format!("http://127.0.0.1:{port}/mcp-oauth");
+    let bridge = TestBridge::start_with(
+        e2e::Options::default()
+            .with(&format!("SERVERFS_MCP_OAUTH_ISSUER={issuer}"))
+            .with(&format!("SERVERFS_MCP_OAUTH_RESOURCE={resource}")),
+    )
+    .await;
+    let listen = format!("127.0.0.1:{port}");
+    let front =
+        TestFront::start_bin(env!("CARGO_BIN_EXE_mcp-front").as_ref(), &bridge.socket, &["--listen", &listen]).await;
+    let now = jsonwebtoken::get_current_timestamp();
+    let claims =
+        json!({"iss": issuer, "aud": resource, "sub": "bench", "exp": now + 3600, "scope": "agent-bridge:operator"});
+    let header = Header { kid: Some("bench-1".into()), ..Header::new(Algorithm::RS256) };
+    let token = jsonwebtoken::encode(&header, &claims, &key).expect("sign");
+    (bridge, front, token, server)
+}
+
+/// A task of the caller's own through the front, finished.
+async fn own_task(front: &TestFront, bridge: &TestBridge, path: &str, credential: &str) -> String {
+    let mut client = HttpClient::connect(front.addr, path, credential).await;
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "submit_agent_task",
+        "arguments": { "runtime": "fake", "workdir": "repo", "prompt": "complete:bench" } } });
+    let reply: Value = serde_json::from_slice(&client.post(body.to_string().as_bytes()).await).expect("JSON");
+    let task_id = reply["result"]["structuredContent"]["task_id"].as_str().expect("a task id").to_owned();
+    bridge.wait_terminal(&task_id).await;
+    task_id
+}
+
+/// `/mcp` with a key beside `/mcp-oauth` with a token, on one stack: latency, rate and the
+/// bridge's CPU per call.
+async fn keys_beside_tokens() {
+    let (bridge, front, token, _idp) = oauth_stack().await;
+    let key = bridge.create_key("bench", "operator").await;
+    let bridge_pid = bridge.pid().expect("bridge pid");
+    let key_task = own_task(&front, &bridge, "/mcp", &key).await;
+    let token_task = own_task(&front, &bridge, "/mcp-oauth", &token).await;
+    through_path(front.addr, "/mcp", &key, 4, 200, &key_task).await;
+    through_path(front.addr, "/mcp-oauth", &token, 4, 200, &token_task).await;
+    for (clients, calls) in [(1usize, 2000usize), (16, 250)] {
+        let mut cpu = Vec::new();
+        for (label, path, credential, task) in
+            [("API key", "/mcp", &key, &key_task), ("OAuth JWT", "/mcp-oauth", &token, &token_task)]
+        {
+            let before = cpu_time(bridge_pid);
+            let run = through_path(front.addr, path, credential, clients, calls, task).await;
+            let per_call = (cpu_time(bridge_pid) - before).as_secs_f64() * 1e6 / run.latencies.len() as f64;
+            say(&format!("{}  bridge CPU {per_call:>6.1} µs/call", line(label, clients, &run)));
+            cpu.push(per_call);
+        }
+        say(&format!(
+            "  token validation: +{:.1} µs of bridge CPU per call (x{:.2} of a key's)",
+            cpu[1] - cpu[0],
+            cpu[1] / cpu[0]
+        ));
+    }
+}
+
 fn say(text: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout(), "{text}");
@@ -205,5 +299,6 @@ fn main() {
                 rate(&front_run) / rate(&socket),
             ));
         }
+        keys_beside_tokens().await;
     });
 }

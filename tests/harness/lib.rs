@@ -4,7 +4,8 @@
 //!
 //! [`bridge`] starts and stops the process, [`calls`] speaks to it, [`store`] reads what it
 //! left on disk, [`procs`] reads `/proc`; [`front`] does the same for `mcp-front`, [`model`]
-//! and [`real`] serve the real agent CLIs, [`browser`] drives the board. Everything the suites
+//! and [`real`] serve the real agent CLIs, [`browser`] drives the board, [`idp`] stands in for
+//! an identity provider's metadata and keys. Everything the suites
 //! use directly is re-exported here (`e2e::TestBridge`, `e2e::poll_until`, …).
 #![allow(
     clippy::disallowed_methods,
@@ -19,6 +20,7 @@ pub mod bridge;
 pub mod browser;
 pub mod calls;
 pub mod front;
+pub mod idp;
 pub mod model;
 pub mod procs;
 pub mod real;

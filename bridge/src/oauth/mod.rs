@@ -8,9 +8,17 @@
 //! and its subject maps to a role ([`claims`]). An opaque token is accepted only through the
 //! IdP's introspection endpoint when one is configured (RFC 7662). Anything else is a
 //! [`Refused`] with a reason: the caller sees it as `UNAUTHENTICATED`, the audit row keeps it.
+//!
+//! A verified JWT's holder is remembered by the token's SHA-256 until its `exp`, or
+//! [`REMEMBER_SECONDS`] at most, so a client polling with one token pays for one signature
+//! check, not one per call; a refusal is never remembered.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::config::Role;
 use crate::config::oauth::OAuthConfig;
@@ -21,6 +29,8 @@ mod introspect;
 pub mod keys;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_fuzz;
 
 pub use http::Http;
 
@@ -39,6 +49,14 @@ pub const ACCEPTED_ALGORITHMS: &[Algorithm] = &[
 
 /// The longest token looked at, in bytes.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+
+/// How long a verified token's holder is remembered at most, in seconds.
+pub const REMEMBER_SECONDS: i64 = 300;
+/// The most verified tokens remembered.
+const MAX_REMEMBERED: usize = 4096;
+
+/// Verified tokens by their SHA-256: the holder and until when (Unix seconds) it stands.
+type Verified = HashMap<[u8; 32], (Holder, i64)>;
 
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,6 +150,7 @@ pub struct Verifier {
     config: OAuthConfig,
     keys: keys::KeyStore,
     introspection: Option<introspect::Introspector>,
+    verified: Mutex<Verified>,
 }
 
 impl Verifier {
@@ -139,7 +158,7 @@ impl Verifier {
     pub fn new(config: OAuthConfig, http: Http) -> Verifier {
         let keys = keys::KeyStore::new(http.clone(), config.issuer.clone(), config.jwks_url.clone());
         let introspection = config.introspection.clone().map(|i| introspect::Introspector::new(http, i));
-        Verifier { config, keys, introspection }
+        Verifier { config, keys, introspection, verified: Mutex::default() }
     }
 
     /// The settings.
@@ -169,14 +188,40 @@ impl Verifier {
         if token.is_empty() || token.len() > MAX_TOKEN_BYTES || !token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(Refused::Malformed);
         }
-        let claims = if token.bytes().filter(|b| *b == b'.').count() == 2 {
-            self.verify_jwt(token).await?
-        } else if let Some(introspection) = &self.introspection {
-            introspection.introspect(token, &self.config, self.now()).await?
-        } else {
-            return Err(Refused::Malformed);
-        };
-        self.holder(&claims)
+        if token.bytes().filter(|b| *b == b'.').count() != 2 {
+            return match &self.introspection {
+                Some(introspection) => self.holder(&introspection.introspect(token, &self.config, self.now()).await?),
+                None => Err(Refused::Malformed),
+            };
+        }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(holder) = self.recall(&digest) {
+            return Ok(holder);
+        }
+        let claims = self.verify_jwt(token).await?;
+        let holder = self.holder(&claims)?;
+        let exp = claims.get("exp").and_then(Value::as_i64).unwrap_or(0);
+        self.remember(digest, &holder, exp.min(self.now() + REMEMBER_SECONDS));
+        Ok(holder)
+    }
+
+    /// The holder of a token verified before and still within its time.
+    fn recall(&self, digest: &[u8; 32]) -> Option<Holder> {
+        let now = self.now();
+        let verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        verified.get(digest).filter(|(_, until)| now < *until).map(|(holder, _)| holder.clone())
+    }
+
+    fn remember(&self, digest: [u8; 32], holder: &Holder, until: i64) {
+        let now = self.now();
+        let mut verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if verified.len() >= MAX_REMEMBERED {
+            verified.retain(|_, (_, until)| now < *until);
+            if verified.len() >= MAX_REMEMBERED {
+                verified.clear();
+            }
+        }
+        verified.insert(digest, (holder.clone(), until));
     }
 
     fn now(&self) -> i64 {
@@ -219,6 +264,10 @@ impl Verifier {
                 _ => Refused::Malformed,
             }
         })?;
+        // The JOSE crate takes an array `iss` holding the issuer; RFC 7519 says one string.
+        if data.claims.get("iss").and_then(Value::as_str) != Some(self.config.issuer.as_str()) {
+            return Err(Refused::Issuer);
+        }
         Ok(data.claims)
     }
 

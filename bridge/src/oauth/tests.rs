@@ -1,16 +1,16 @@
-//! The verifier against a real HTTP identity provider stand-in on 127.0.0.1 (a few lines of
-//! HTTP/1.1 serving metadata and a JWKS, counting its requests), with tokens signed by the
+//! The verifier against a real HTTP identity provider stand-in on 127.0.0.1 (the harness's
+//! `StandinIdp`: metadata and a JWKS over HTTP/1.1, its requests counted), with tokens signed by the
 //! committed test keys in `testdata/` (test-only keys, never used anywhere else). The
 //! end-to-end suite runs the same checks against the real `oidc-provider`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
+
+use e2e::idp::StandinIdp as Idp;
 
 use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 use crate::config::oauth::OAuthConfig;
@@ -20,53 +20,6 @@ const RSA_PUBLIC: &[u8] = include_bytes!("testdata/rsa.pub.pem");
 const EC: &[u8] = include_bytes!("testdata/ec.pem");
 const ED: &[u8] = include_bytes!("testdata/ed25519.pem");
 const RESOURCE: &str = "https://front.example/mcp-oauth";
-
-/// The stand-in IdP: path → (status, body), the requests it got, and whether it answers.
-#[derive(Default)]
-struct Idp {
-    routes: Mutex<HashMap<String, (u16, String)>>,
-    hits: Mutex<Vec<String>>,
-}
-
-impl Idp {
-    fn set(&self, path: &str, status: u16, body: Value) {
-        self.routes.lock().unwrap().insert(path.to_owned(), (status, body.to_string()));
-    }
-
-    fn hits(&self, path: &str) -> usize {
-        self.hits.lock().unwrap().iter().filter(|p| *p == path).count()
-    }
-}
-
-/// Serves `idp` on a loopback port until the returned handle is aborted.
-async fn serve(idp: Arc<Idp>) -> (String, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = format!("http://{}", listener.local_addr().unwrap());
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else { return };
-            let idp = Arc::clone(&idp);
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.is_ok_and(|n| n == 1) {
-                    head.push(byte[0]);
-                }
-                let text = String::from_utf8_lossy(&head);
-                let path = text.split(' ').nth(1).unwrap_or("").to_owned();
-                idp.hits.lock().unwrap().push(path.clone());
-                let (status, body) =
-                    idp.routes.lock().unwrap().get(&path).cloned().unwrap_or((404, "{\"error\":\"not found\"}".into()));
-                let reply = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    (origin, task)
-}
 
 /// A signing key, its JWK with a key id.
 fn key(pem: &[u8], alg: Algorithm, kid: &str) -> (EncodingKey, Value) {
@@ -133,7 +86,7 @@ impl Setup {
 /// and a symmetric one, which must be ignored).
 async fn setup() -> Setup {
     let idp = Arc::new(Idp::default());
-    let (issuer, server) = serve(Arc::clone(&idp)).await;
+    let (issuer, server) = idp.serve().await;
     let (rsa, rsa_jwk) = key(RSA, Algorithm::RS256, "rsa-1");
     let (_, ec_jwk) = key(EC, Algorithm::ES256, "ec-1");
     let (_, ed_jwk) = key(ED, Algorithm::EdDSA, "ed-1");
@@ -144,9 +97,9 @@ async fn setup() -> Setup {
     idp.set(
         "/.well-known/oauth-authorization-server",
         200,
-        json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
+        &json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
     );
-    idp.set("/jwks", 200, json!({"keys": [rsa_jwk, ec_jwk, ed_jwk, enc, oct]}));
+    idp.set("/jwks", 200, &json!({"keys": [rsa_jwk, ec_jwk, ed_jwk, enc, oct]}));
     let config = OAuthConfig {
         issuer: issuer.clone(),
         resource: RESOURCE.into(),
@@ -231,6 +184,7 @@ async fn every_kind_of_bad_token_is_refused_with_its_reason() {
         ("not valid yet", with(json!({"nbf": now() + 600})), Refused::NotYetValid),
         ("another audience", with(json!({"aud": "https://front.example/mcp"})), Refused::Audience),
         ("another issuer", with(json!({"iss": "https://evil.example"})), Refused::Issuer),
+        ("the issuer in an array (found by the fuzz target)", with(json!({"iss": [s.issuer]})), Refused::Issuer),
         ("no exp", with(json!({"exp": null})), Refused::MissingClaim("exp")),
         ("no aud", with(json!({"aud": null})), Refused::MissingClaim("aud")),
         ("no sub", with(json!({"sub": null})), Refused::MissingClaim("sub")),
@@ -273,11 +227,14 @@ async fn invented_keys_do_not_flood_the_idp_and_a_published_one_is_fetched() {
     s.verifier.keys.set_min_refresh_interval(Duration::ZERO);
     let (_, mut rotated) = key(RSA, Algorithm::RS256, "rsa-2");
     rotated["kid"] = json!("rsa-2");
-    s.idp.set("/jwks", 200, json!({"keys": [rotated]}));
+    s.idp.set("/jwks", 200, &json!({"keys": [rotated]}));
     let token = sign(&s.rsa, Algorithm::RS256, Some("rsa-2"), &s.claims("alice"));
     assert!(s.check(&token).await.is_ok(), "the rotated key was fetched");
     assert_eq!(s.idp.hits("/jwks"), 2);
-    let old = sign(&s.rsa, Algorithm::RS256, Some("rsa-1"), &s.claims("alice"));
+    // A token verified before stands until its exp (at most 5 min); a new one under a key
+    // the IdP withdrew does not.
+    assert!(s.check(&s.token(&s.claims("alice"))).await.is_ok(), "remembered");
+    let old = sign(&s.rsa, Algorithm::RS256, Some("rsa-1"), &s.claims("dave"));
     assert_eq!(s.check(&old).await.unwrap_err(), Refused::UnknownKey, "a key the IdP withdrew is gone");
 }
 
@@ -299,29 +256,29 @@ async fn discovery_must_name_the_issuer_and_keep_the_keys_on_its_origin() {
     s.idp.set(
         "/.well-known/oauth-authorization-server",
         200,
-        json!({"issuer": "https://evil.example", "jwks_uri": format!("{}/jwks", s.issuer)}),
+        &json!({"issuer": "https://evil.example", "jwks_uri": format!("{}/jwks", s.issuer)}),
     );
     let refused = s.check(&s.token(&s.claims("alice"))).await.unwrap_err();
     assert!(matches!(refused, Refused::KeysUnavailable(ref why) if why.contains("another issuer")), "{refused:?}");
 
     // OpenID discovery is the fallback, and a jwks_uri elsewhere is refused.
     let s = setup().await;
-    s.idp.set("/.well-known/oauth-authorization-server", 404, json!({}));
+    s.idp.set("/.well-known/oauth-authorization-server", 404, &json!({}));
     s.idp.set(
         "/.well-known/openid-configuration",
         200,
-        json!({"issuer": s.issuer, "jwks_uri": "https://keys.elsewhere.example/jwks"}),
+        &json!({"issuer": s.issuer, "jwks_uri": "https://keys.elsewhere.example/jwks"}),
     );
     let refused = s.check(&s.token(&s.claims("alice"))).await.unwrap_err();
     assert!(matches!(refused, Refused::KeysUnavailable(ref why) if why.contains("origin")), "{refused:?}");
     assert_eq!(s.idp.hits("/.well-known/openid-configuration"), 1);
 
     let s = setup().await;
-    s.idp.set("/.well-known/oauth-authorization-server", 404, json!({}));
+    s.idp.set("/.well-known/oauth-authorization-server", 404, &json!({}));
     s.idp.set(
         "/.well-known/openid-configuration",
         200,
-        json!({"issuer": s.issuer, "jwks_uri": format!("{}/jwks", s.issuer)}),
+        &json!({"issuer": s.issuer, "jwks_uri": format!("{}/jwks", s.issuer)}),
     );
     assert!(s.check(&s.token(&s.claims("alice"))).await.is_ok(), "OpenID discovery");
 }
@@ -338,4 +295,58 @@ async fn the_metadata_document_names_the_resource_and_its_issuer() {
         s.verifier.config().metadata_url(),
         "https://front.example/.well-known/oauth-protected-resource/mcp-oauth"
     );
+}
+
+mod fuzz {
+    //! Tokens from the outside, made up: the verifier answers each with a refusal and never
+    //! panics (the IdP is unreachable, so no made-up token can be verified either).
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn verifier() -> Verifier {
+        let config = OAuthConfig {
+            issuer: "http://127.0.0.1:9".into(),
+            resource: RESOURCE.into(),
+            jwks_url: None,
+            scopes: vec!["agent-bridge:operator".into()],
+            role_prefix: "agent-bridge:".into(),
+            role_claim: Some("realm_access.roles".into()),
+            admins: vec![],
+            operators: vec![],
+            viewers: vec![],
+            workdirs: None,
+            leeway_seconds: 30,
+            introspection: None,
+        };
+        Verifier::new(config, Http::new(true).unwrap())
+    }
+
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[A-Za-z0-9_-]{0,40}",
+            prop::sample::select(vec!["none", "HS256", "RS256", "ES256", "EdDSA", "RS1", "", "rs256"])
+                .prop_map(|alg| b64(format!(r#"{{"alg":"{alg}","kid":"k"}}"#).as_bytes())),
+            any::<Vec<u8>>().prop_map(|bytes| b64(&bytes)),
+            ".{0,20}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+        #[test]
+        fn made_up_tokens_are_refused_without_panicking(
+            scheme in prop::sample::select(vec!["Bearer", "bearer", "Basic", "", "Bearer  "]),
+            parts in prop::collection::vec(segment(), 1..5),
+        ) {
+            static RUNTIME: std::sync::OnceLock<(tokio::runtime::Runtime, Verifier)> = std::sync::OnceLock::new();
+            let (runtime, verifier) = RUNTIME.get_or_init(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                (runtime, verifier())
+            });
+            let credential = format!("{scheme} {}", parts.join("."));
+            let outcome = runtime.block_on(verifier.authenticate(Some(&credential)));
+            prop_assert!(outcome.is_err(), "{credential:?} was accepted");
+        }
+    }
 }
