@@ -105,6 +105,36 @@ pub mod code {
     /// A plan's step failed without an error code of its own.
     pub const AGENT_PLAN_STEP_FAILED: &str = "AGENT_PLAN_STEP_FAILED";
 
+    /// An OAuth token is neither a JWT this resource can verify nor one it can introspect.
+    /// This and the other `OAUTH_*` reasons are audit codes: the caller sees `UNAUTHENTICATED`.
+    pub const OAUTH_TOKEN_MALFORMED: &str = "OAUTH_TOKEN_MALFORMED";
+    /// An OAuth token's algorithm is not an accepted asymmetric one (`none`, HS*, …); audit only.
+    pub const OAUTH_ALGORITHM_REFUSED: &str = "OAUTH_ALGORITHM_REFUSED";
+    /// An OAuth token names a key the identity provider does not publish; audit only.
+    pub const OAUTH_UNKNOWN_KEY: &str = "OAUTH_UNKNOWN_KEY";
+    /// The identity provider's keys could not be fetched and none are cached; audit only.
+    pub const OAUTH_KEYS_UNAVAILABLE: &str = "OAUTH_KEYS_UNAVAILABLE";
+    /// An OAuth token's signature does not verify; audit only.
+    pub const OAUTH_BAD_SIGNATURE: &str = "OAUTH_BAD_SIGNATURE";
+    /// An OAuth token's `exp` has passed; audit only.
+    pub const OAUTH_TOKEN_EXPIRED: &str = "OAUTH_TOKEN_EXPIRED";
+    /// An OAuth token's `nbf` has not come; audit only.
+    pub const OAUTH_TOKEN_NOT_YET_VALID: &str = "OAUTH_TOKEN_NOT_YET_VALID";
+    /// An OAuth token's `iss` is not the configured issuer; audit only.
+    pub const OAUTH_WRONG_ISSUER: &str = "OAUTH_WRONG_ISSUER";
+    /// An OAuth token's `aud` does not contain this resource; audit only.
+    pub const OAUTH_WRONG_AUDIENCE: &str = "OAUTH_WRONG_AUDIENCE";
+    /// An OAuth token lacks `exp`, `iss`, `aud` or `sub`; audit only.
+    pub const OAUTH_MISSING_CLAIM: &str = "OAUTH_MISSING_CLAIM";
+    /// An OAuth token's `sub` is not usable as a principal name; audit only.
+    pub const OAUTH_BAD_SUBJECT: &str = "OAUTH_BAD_SUBJECT";
+    /// A valid OAuth token whose subject the mapping gives no role; audit only.
+    pub const OAUTH_NO_ROLE: &str = "OAUTH_NO_ROLE";
+    /// Introspection says an opaque token is not active; audit only.
+    pub const OAUTH_TOKEN_INACTIVE: &str = "OAUTH_TOKEN_INACTIVE";
+    /// The identity provider's introspection could not be asked; audit only.
+    pub const OAUTH_INTROSPECTION_FAILED: &str = "OAUTH_INTROSPECTION_FAILED";
+
     /// Every code of this module and of `bridge_proto::codes`, so tests can cover them all
     /// (a test checks that no constant is missing here).
     pub const ALL: &[&str] = &[
@@ -152,6 +182,21 @@ pub mod code {
         PLAN_APPROVAL_NOT_ALLOWED,
         AGENT_PLAN_STEP_CANCELLED,
         AGENT_PLAN_STEP_FAILED,
+        OAUTH_TOKEN_MALFORMED,
+        OAUTH_ALGORITHM_REFUSED,
+        OAUTH_UNKNOWN_KEY,
+        OAUTH_KEYS_UNAVAILABLE,
+        OAUTH_BAD_SIGNATURE,
+        OAUTH_TOKEN_EXPIRED,
+        OAUTH_TOKEN_NOT_YET_VALID,
+        OAUTH_WRONG_ISSUER,
+        OAUTH_WRONG_AUDIENCE,
+        OAUTH_MISSING_CLAIM,
+        OAUTH_BAD_SUBJECT,
+        OAUTH_NO_ROLE,
+        OAUTH_TOKEN_INACTIVE,
+        OAUTH_INTROSPECTION_FAILED,
+        proto::OAUTH_NOT_CONFIGURED,
         proto::INVALID_REQUEST,
         proto::REQUEST_TOO_LARGE,
         proto::RESPONSE_TOO_LARGE,
@@ -228,7 +273,19 @@ impl ErrorKind {
             | AGENT_RUNTIME_NOT_ALLOWED
             | AGENT_PROFILE_NOT_ALLOWED
             | PERMISSION_OUTSIDE_POLICY
-            | PLAN_APPROVAL_NOT_ALLOWED => ErrorKind::Denied,
+            | PLAN_APPROVAL_NOT_ALLOWED
+            | OAUTH_TOKEN_MALFORMED
+            | OAUTH_ALGORITHM_REFUSED
+            | OAUTH_UNKNOWN_KEY
+            | OAUTH_BAD_SIGNATURE
+            | OAUTH_TOKEN_EXPIRED
+            | OAUTH_TOKEN_NOT_YET_VALID
+            | OAUTH_WRONG_ISSUER
+            | OAUTH_WRONG_AUDIENCE
+            | OAUTH_MISSING_CLAIM
+            | OAUTH_BAD_SUBJECT
+            | OAUTH_NO_ROLE
+            | OAUTH_TOKEN_INACTIVE => ErrorKind::Denied,
             WORKDIR_RECOVERY_REQUIRED
             | AGENT_TASK_NOT_ACTIVE
             | AGENT_TASK_TERMINAL
@@ -241,9 +298,13 @@ impl ErrorKind {
             | PLAN_NOT_PENDING
             | proto::SOCKET_PATH_IN_USE => ErrorKind::Conflict,
             WORKDIR_BUSY | AGENT_TASK_LIMIT_REACHED | BRIDGE_BUSY => ErrorKind::Busy,
-            AGENT_RUNTIME_UNAVAILABLE | AGENT_SANDBOX_UNAVAILABLE | BRIDGE_CLOSED | proto::AGENT_BRIDGE_UNAVAILABLE => {
-                ErrorKind::Unavailable
-            }
+            AGENT_RUNTIME_UNAVAILABLE
+            | AGENT_SANDBOX_UNAVAILABLE
+            | BRIDGE_CLOSED
+            | OAUTH_KEYS_UNAVAILABLE
+            | OAUTH_INTROSPECTION_FAILED
+            | proto::OAUTH_NOT_CONFIGURED
+            | proto::AGENT_BRIDGE_UNAVAILABLE => ErrorKind::Unavailable,
             AGENT_TASK_TIMED_OUT
             | AGENT_INTERACTION_TIMED_OUT
             | AGENT_PROVIDER_ERROR

@@ -124,6 +124,24 @@ impl fmt::Display for EnvReport {
                 c.mcp_auth.tunnel_role.as_str()
             )?,
         }
+        match &c.oauth {
+            None => writeln!(f, "  /mcp-oauth:          off")?,
+            Some(oauth) => {
+                writeln!(f, "  /mcp-oauth:          tokens of {} for {}", oauth.issuer, oauth.resource)?;
+                let claim = oauth.role_claim.as_deref().map(|c| format!(", claim {c}")).unwrap_or_default();
+                writeln!(
+                    f,
+                    "  OAuth roles:         scopes {}viewer|operator|admin{claim}; {} admin(s), {} operator(s), {} viewer(s) by subject",
+                    oauth.role_prefix,
+                    oauth.admins.len(),
+                    oauth.operators.len(),
+                    oauth.viewers.len()
+                )?;
+                if oauth.introspection.is_some() {
+                    writeln!(f, "  OAuth introspection: on (opaque tokens)")?;
+                }
+            }
+        }
         writeln!(f, "compose (the front's container)")?;
         writeln!(f, "  image:               {}", o.front_image)?;
         match (o.container_uid, o.container_gid) {

@@ -83,10 +83,11 @@ impl KeyStore {
         let seen = self.snapshot();
         let found = find(&seen, kid, alg);
         let stale = seen.fetched_at.is_none_or(|at| at.elapsed() > MAX_KEY_AGE);
-        if let Some(key) = &found
-            && !stale
-        {
-            return Ok(key.key.clone());
+        if let Some(key) = &found {
+            // Old keys still verify: one caller refreshes them, the others do not wait for it.
+            if !stale || self.refresh.try_lock().is_err() {
+                return Ok(key.key.clone());
+            }
         }
         let outcome = self.refresh(&seen).await;
         let now = self.snapshot();

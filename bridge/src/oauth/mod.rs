@@ -114,22 +114,23 @@ pub enum Refused {
 impl Refused {
     /// The reason's code in the audit row (the caller sees `UNAUTHENTICATED`).
     pub fn audit_code(&self) -> &'static str {
+        use crate::error::code;
         match self {
-            Refused::Missing => "UNAUTHENTICATED",
-            Refused::Malformed => "OAUTH_TOKEN_MALFORMED",
-            Refused::Algorithm => "OAUTH_ALGORITHM_REFUSED",
-            Refused::UnknownKey => "OAUTH_UNKNOWN_KEY",
-            Refused::KeysUnavailable(_) => "OAUTH_KEYS_UNAVAILABLE",
-            Refused::Signature => "OAUTH_BAD_SIGNATURE",
-            Refused::Expired => "OAUTH_TOKEN_EXPIRED",
-            Refused::NotYetValid => "OAUTH_TOKEN_NOT_YET_VALID",
-            Refused::Issuer => "OAUTH_WRONG_ISSUER",
-            Refused::Audience => "OAUTH_WRONG_AUDIENCE",
-            Refused::MissingClaim(_) => "OAUTH_MISSING_CLAIM",
-            Refused::Subject => "OAUTH_BAD_SUBJECT",
-            Refused::NoRole { .. } => "OAUTH_NO_ROLE",
-            Refused::Inactive => "OAUTH_TOKEN_INACTIVE",
-            Refused::IntrospectionFailed(_) => "OAUTH_INTROSPECTION_FAILED",
+            Refused::Missing => code::UNAUTHENTICATED,
+            Refused::Malformed => code::OAUTH_TOKEN_MALFORMED,
+            Refused::Algorithm => code::OAUTH_ALGORITHM_REFUSED,
+            Refused::UnknownKey => code::OAUTH_UNKNOWN_KEY,
+            Refused::KeysUnavailable(_) => code::OAUTH_KEYS_UNAVAILABLE,
+            Refused::Signature => code::OAUTH_BAD_SIGNATURE,
+            Refused::Expired => code::OAUTH_TOKEN_EXPIRED,
+            Refused::NotYetValid => code::OAUTH_TOKEN_NOT_YET_VALID,
+            Refused::Issuer => code::OAUTH_WRONG_ISSUER,
+            Refused::Audience => code::OAUTH_WRONG_AUDIENCE,
+            Refused::MissingClaim(_) => code::OAUTH_MISSING_CLAIM,
+            Refused::Subject => code::OAUTH_BAD_SUBJECT,
+            Refused::NoRole { .. } => code::OAUTH_NO_ROLE,
+            Refused::Inactive => code::OAUTH_TOKEN_INACTIVE,
+            Refused::IntrospectionFailed(_) => code::OAUTH_INTROSPECTION_FAILED,
         }
     }
 }
