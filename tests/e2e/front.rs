@@ -28,6 +28,10 @@ enum Era {
 }
 
 async fn connect(front: &TestFront, key: &str, era: Era) -> Client {
+    // The bridge's reqwest (the IdP's keys) brings rustls without a built-in provider, and cargo
+    // unifies reqwest's features: rmcp's client here needs the same provider installed (it
+    // speaks plain HTTP to the front, but reqwest builds its TLS config anyway).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = StreamableHttpClientTransportConfig::with_uri(front.url.clone()).auth_header(key);
     let transport = StreamableHttpClientTransport::from_config(config);
     let lifecycle = match era {

@@ -109,18 +109,10 @@ mod tests {
 
     fn config() -> OAuthConfig {
         OAuthConfig {
-            issuer: "https://idp.example".into(),
-            resource: "https://front.example/mcp-oauth".into(),
-            jwks_url: None,
-            scopes: vec!["agent-bridge:operator".into()],
-            role_prefix: "agent-bridge:".into(),
             role_claim: Some("realm_access.roles".into()),
             admins: vec!["root-person".into()],
-            operators: vec![],
             viewers: vec!["watcher".into()],
-            workdirs: None,
-            leeway_seconds: 30,
-            introspection: None,
+            ..crate::oauth::tests::config("https://idp.example")
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
-use jsonwebtoken::{Algorithm, DecodingKey};
+use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
 use reqwest::Url;
 use serde_json::Value;
 
@@ -203,14 +203,9 @@ fn usable_key(value: &Value) -> Option<Key> {
         return None;
     }
     let mut algorithms: Vec<Algorithm> = match &jwk.algorithm {
-        AlgorithmParameters::RSA(_) => vec![
-            Algorithm::RS256,
-            Algorithm::RS384,
-            Algorithm::RS512,
-            Algorithm::PS256,
-            Algorithm::PS384,
-            Algorithm::PS512,
-        ],
+        AlgorithmParameters::RSA(_) => {
+            super::ACCEPTED_ALGORITHMS.iter().copied().filter(|a| a.family() == AlgorithmFamily::Rsa).collect()
+        }
         AlgorithmParameters::EllipticCurve(ec) => match ec.curve {
             EllipticCurve::P256 => vec![Algorithm::ES256],
             EllipticCurve::P384 => vec![Algorithm::ES384],
@@ -233,16 +228,6 @@ fn usable_key(value: &Value) -> Option<Key> {
 
 /// The signing algorithm a JWK's `alg` names, if it is one this bridge accepts.
 fn accepted_algorithm(alg: KeyAlgorithm) -> Option<Algorithm> {
-    Some(match alg {
-        KeyAlgorithm::RS256 => Algorithm::RS256,
-        KeyAlgorithm::RS384 => Algorithm::RS384,
-        KeyAlgorithm::RS512 => Algorithm::RS512,
-        KeyAlgorithm::PS256 => Algorithm::PS256,
-        KeyAlgorithm::PS384 => Algorithm::PS384,
-        KeyAlgorithm::PS512 => Algorithm::PS512,
-        KeyAlgorithm::ES256 => Algorithm::ES256,
-        KeyAlgorithm::ES384 => Algorithm::ES384,
-        KeyAlgorithm::EdDSA => Algorithm::EdDSA,
-        _ => return None,
-    })
+    let name = format!("{alg:?}");
+    super::ACCEPTED_ALGORITHMS.iter().copied().find(|a| format!("{a:?}") == name)
 }

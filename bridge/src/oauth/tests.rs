@@ -19,7 +19,7 @@ const RSA: &[u8] = include_bytes!("testdata/rsa.pem");
 const RSA_PUBLIC: &[u8] = include_bytes!("testdata/rsa.pub.pem");
 const EC: &[u8] = include_bytes!("testdata/ec.pem");
 const ED: &[u8] = include_bytes!("testdata/ed25519.pem");
-const RESOURCE: &str = "https://front.example/mcp-oauth";
+pub(super) const RESOURCE: &str = "https://front.example/mcp-oauth";
 
 /// A signing key, its JWK with a key id.
 fn key(pem: &[u8], alg: Algorithm, kid: &str) -> (EncodingKey, Value) {
@@ -45,7 +45,8 @@ fn sign(key: &EncodingKey, alg: Algorithm, kid: Option<&str>, claims: &Value) ->
     jsonwebtoken::encode(&header, claims, key).unwrap()
 }
 
-fn b64(bytes: &[u8]) -> String {
+/// Unpadded base64url (the JOSE encoding), for tokens made by hand.
+pub(super) fn b64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
@@ -55,6 +56,24 @@ fn b64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// The settings the tests start from: `issuer`, [`RESOURCE`], role scopes only, 30 s leeway.
+pub(super) fn config(issuer: &str) -> OAuthConfig {
+    OAuthConfig {
+        issuer: issuer.to_owned(),
+        resource: RESOURCE.into(),
+        jwks_url: None,
+        scopes: vec!["agent-bridge:operator".into()],
+        role_prefix: "agent-bridge:".into(),
+        role_claim: None,
+        admins: vec![],
+        operators: vec![],
+        viewers: vec![],
+        workdirs: None,
+        leeway_seconds: 30,
+        introspection: None,
+    }
 }
 
 struct Setup {
@@ -100,20 +119,7 @@ async fn setup() -> Setup {
         &json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
     );
     idp.set("/jwks", 200, &json!({"keys": [rsa_jwk, ec_jwk, ed_jwk, enc, oct]}));
-    let config = OAuthConfig {
-        issuer: issuer.clone(),
-        resource: RESOURCE.into(),
-        jwks_url: None,
-        scopes: vec!["agent-bridge:operator".into()],
-        role_prefix: "agent-bridge:".into(),
-        role_claim: None,
-        admins: vec!["boss".into()],
-        operators: vec![],
-        viewers: vec![],
-        workdirs: None,
-        leeway_seconds: 30,
-        introspection: None,
-    };
+    let config = OAuthConfig { admins: vec!["boss".into()], ..config(&issuer) };
     let verifier = Verifier::new(config, Http::new(true).unwrap());
     Setup { idp, issuer, verifier, rsa, _server: server }
 }
@@ -305,20 +311,7 @@ mod fuzz {
     use super::*;
 
     fn verifier() -> Verifier {
-        let config = OAuthConfig {
-            issuer: "http://127.0.0.1:9".into(),
-            resource: RESOURCE.into(),
-            jwks_url: None,
-            scopes: vec!["agent-bridge:operator".into()],
-            role_prefix: "agent-bridge:".into(),
-            role_claim: Some("realm_access.roles".into()),
-            admins: vec![],
-            operators: vec![],
-            viewers: vec![],
-            workdirs: None,
-            leeway_seconds: 30,
-            introspection: None,
-        };
+        let config = OAuthConfig { role_claim: Some("realm_access.roles".into()), ..config("http://127.0.0.1:9") };
         Verifier::new(config, Http::new(true).unwrap())
     }
 

@@ -13,24 +13,12 @@ use jsonwebtoken::{Algorithm, EncodingKey};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use super::tests::{RESOURCE, b64, config};
 use super::{Http, Verifier};
 use crate::config::oauth::OAuthConfig;
 use crate::mutate::{self, Corpus};
 
 const KEY: &[u8] = include_bytes!("testdata/rsa.pem");
-const RESOURCE: &str = "https://front.example/mcp-oauth";
-
-fn b64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
-}
 
 /// A case's token: its header and claims as written (mutated JSON is kept verbatim), signed
 /// with the IdP's key when the case says `sign`, else with its own `signature`.
@@ -91,20 +79,8 @@ fn fuzz_oauth_token() {
         &json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
     );
     idp.set("/jwks", 200, &json!({"keys": [jwk]}));
-    let config = OAuthConfig {
-        issuer: issuer.clone(),
-        resource: RESOURCE.into(),
-        jwks_url: None,
-        scopes: vec!["agent-bridge:operator".into()],
-        role_prefix: "agent-bridge:".into(),
-        role_claim: Some("realm_access.roles".into()),
-        admins: vec!["root".into()],
-        operators: vec![],
-        viewers: vec![],
-        workdirs: None,
-        leeway_seconds: 30,
-        introspection: None,
-    };
+    let config =
+        OAuthConfig { role_claim: Some("realm_access.roles".into()), admins: vec!["root".into()], ..config(&issuer) };
     let verifier = Verifier::new(config, Http::new(true).expect("a client"));
     let raw = Corpus::load("oauth", &["RS256", "HS256", "none", "agent-bridge:admin", "realm_access", "aud", "exp"]);
     let seeds = raw.seeds.iter().map(|s| String::from_utf8_lossy(s).replace("$ISSUER", &issuer).into_bytes()).collect();
