@@ -2,7 +2,10 @@
 //! what it carries; the bridge still checks `aud` (required), `iss` (when given), `exp`
 //! (required) and `nbf` itself. An active answer is remembered for at most [`REMEMBER`] (never
 //! past `exp`), keyed by the token's SHA-256, so a caller's polling does not become one
-//! introspection per call; a refusal is never remembered.
+//! introspection per call; a refusal is never remembered. At most [`MAX_IN_FLIGHT`]
+//! introspections run at once (past that a token is refused at once), so a flood of made-up
+//! opaque tokens cannot turn the bridge into a load generator against the IdP; a failure is
+//! logged at most once per [`WARN_EVERY`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,6 +19,10 @@ use crate::config::oauth::{Introspection, OAuthConfig};
 
 /// How long an active answer is reused at most.
 pub const REMEMBER: Duration = Duration::from_secs(60);
+/// The most introspection requests in flight at once.
+pub const MAX_IN_FLIGHT: usize = 16;
+/// The least time between two warnings about failed introspections.
+pub const WARN_EVERY: Duration = Duration::from_secs(30);
 /// The most answers remembered.
 const MAX_REMEMBERED: usize = 4096;
 
@@ -26,11 +33,19 @@ pub struct Introspector {
     http: Http,
     settings: Introspection,
     remembered: Mutex<Remembered>,
+    in_flight: tokio::sync::Semaphore,
+    last_warning: Mutex<Option<Instant>>,
 }
 
 impl Introspector {
     pub fn new(http: Http, settings: Introspection) -> Introspector {
-        Introspector { http, settings, remembered: Mutex::default() }
+        Introspector {
+            http,
+            settings,
+            remembered: Mutex::default(),
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            last_warning: Mutex::default(),
+        }
     }
 
     /// The claims of an active token issued for this resource.
@@ -41,6 +56,9 @@ impl Introspector {
         {
             return Ok(claims);
         }
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            return Err(Refused::IntrospectionFailed(format!("{MAX_IN_FLIGHT} introspections are in flight already")));
+        };
         let form = [("token", token), ("token_type_hint", "access_token")];
         let s = &self.settings;
         let answer = tokio::time::timeout(
@@ -48,9 +66,9 @@ impl Introspector {
             self.http.post_form(&s.url, &s.client_id, &s.client_secret, &form),
         )
         .await
-        .map_err(|_| Refused::IntrospectionFailed("no answer in time".into()))?
+        .unwrap_or_else(|_| Err("no answer in time".into()))
         .map_err(|why| {
-            tracing::warn!(cause = %why, "token introspection failed");
+            self.warn(&why);
             Refused::IntrospectionFailed(why)
         })?;
         let Value::Object(claims) = answer else {
@@ -76,6 +94,14 @@ impl Introspector {
         check_times(&claims, config, now)?;
         self.remember(digest, &claims);
         Ok(claims)
+    }
+
+    fn warn(&self, why: &str) {
+        let mut last = self.last_warning.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            *last = Some(Instant::now());
+            tracing::warn!(cause = %why, "token introspection failed (said once per 30 s at most)");
+        }
     }
 
     fn recall(&self, digest: &[u8; 32]) -> Option<Map<String, Value>> {
@@ -106,4 +132,24 @@ fn check_times(claims: &Map<String, Value>, config: &OAuthConfig, now: i64) -> R
         return Err(Refused::NotYetValid);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn past_the_in_flight_cap_a_token_is_refused_without_asking_the_idp() {
+        let settings =
+            Introspection { url: "http://127.0.0.1:9/introspect".into(), client_id: "c".into(), client_secret: "s".into() };
+        let introspector = Introspector::new(Http::new(true).unwrap(), settings);
+        let config = crate::oauth::tests::config("http://127.0.0.1:9");
+        let held = introspector.in_flight.acquire_many(MAX_IN_FLIGHT as u32).await.unwrap();
+        let refused = introspector.introspect("opaque-token", &config, 0).await.unwrap_err();
+        assert!(matches!(&refused, Refused::IntrospectionFailed(why) if why.contains("in flight")), "{refused:?}");
+        drop(held);
+        // With room again it does ask (here: nobody answers on port 9).
+        let refused = introspector.introspect("opaque-token", &config, 0).await.unwrap_err();
+        assert!(matches!(&refused, Refused::IntrospectionFailed(why) if !why.contains("in flight")), "{refused:?}");
+    }
 }

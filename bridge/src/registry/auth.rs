@@ -217,7 +217,8 @@ impl Auth {
                 display: holder.display,
             }),
             Err(refused) => {
-                tracing::info!(reason = refused.audit_code(), "refused an OAuth token: {refused}");
+                // Debug only: a flood of bad tokens must not flood the log (the audit log counts them).
+                tracing::debug!(reason = refused.audit_code(), "refused an OAuth token: {refused}");
                 let principal = match &refused {
                     crate::oauth::Refused::NoRole { principal } => Some(principal.clone()),
                     _ => None,
