@@ -164,13 +164,25 @@ async fn codex_killed_mid_turn_fails_as_disconnected_and_the_guard_is_cleared_by
     let started = r.ws.join("started.txt");
     poll_until("the command started", Duration::from_secs(30), || started.exists()).await;
     let bridge = r.b.pid().unwrap() as i32;
-    // The agent itself: the bridge's child, or, in the task sandbox, the child of the
-    // sandbox's init (bwrap).
-    let sandboxed = |pid: i32| parent_of(pid).and_then(e2e::comm).is_some_and(|c| c == "bwrap");
+    // The agent itself: the bridge's child, or, in the task sandbox, a child of the bridge
+    // through our bwrap processes only. Codex runs its own commands through its own sandbox
+    // helper (the codex executable again, under a bwrap of its own): that one has codex among
+    // its ancestors and is not the agent.
+    let the_agent = |pid: i32| {
+        let mut up = parent_of(pid);
+        for _ in 0..4 {
+            match up {
+                Some(p) if p == bridge => return true,
+                Some(p) if e2e::comm(p).is_some_and(|c| c == "bwrap") => up = parent_of(p),
+                _ => return false,
+            }
+        }
+        false
+    };
     let leader = r
         .marked(&id, "codex")
         .into_iter()
-        .find(|pid| parent_of(*pid) == Some(bridge) || sandboxed(*pid))
+        .find(|pid| the_agent(*pid))
         .unwrap_or_else(|| panic!("no codex child of the bridge among {:?}", marker_pids(&id)));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(leader), nix::sys::signal::Signal::SIGKILL).unwrap();
     let t = r.finish(&id).await;
