@@ -140,8 +140,11 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_in_flight_cap_a_token_is_refused_without_asking_the_idp() {
-        let settings =
-            Introspection { url: "http://127.0.0.1:9/introspect".into(), client_id: "c".into(), client_secret: "s".into() };
+        let settings = Introspection {
+            url: "http://127.0.0.1:9/introspect".into(),
+            client_id: "c".into(),
+            client_secret: "s".into(),
+        };
         let introspector = Introspector::new(Http::new(true).unwrap(), settings);
         let config = crate::oauth::tests::config("http://127.0.0.1:9");
         let held = introspector.in_flight.acquire_many(MAX_IN_FLIGHT as u32).await.unwrap();
