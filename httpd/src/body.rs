@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::conn::RequestGuard;
+use crate::conn::{ConnState, RequestGuard};
 
 /// The error of a request body that did not arrive in time.
 #[derive(Debug)]
@@ -32,12 +32,26 @@ pub(crate) struct DeadlineBody {
     /// Armed only for a body that has something to wait for.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     timed_out: Arc<AtomicBool>,
+    /// The connection to tell when the body has been read to its end.
+    owner: Option<Arc<ConnState>>,
 }
 
 impl DeadlineBody {
-    pub(crate) fn new(inner: Incoming, within: Duration, timed_out: Arc<AtomicBool>) -> DeadlineBody {
+    pub(crate) fn new(
+        inner: Incoming,
+        within: Duration,
+        timed_out: Arc<AtomicBool>,
+        owner: Option<Arc<ConnState>>,
+    ) -> DeadlineBody {
         let deadline = (!inner.is_end_stream()).then(|| Box::pin(tokio::time::sleep(within)));
-        DeadlineBody { inner, deadline, timed_out }
+        DeadlineBody { inner, deadline, timed_out, owner }
+    }
+
+    /// The body has been read to its end: tell the connection, once.
+    fn ended(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            owner.body_ended();
+        }
     }
 }
 
@@ -50,7 +64,12 @@ impl Body for DeadlineBody {
             return Poll::Ready(Some(Err(Box::new(BodyTimeout))));
         }
         match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Ready(frame) => {
+                if frame.is_none() || (matches!(frame, Some(Ok(_))) && self.inner.is_end_stream()) {
+                    self.ended();
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
             Poll::Pending => {
                 let expired = self.deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready());
                 if !expired {

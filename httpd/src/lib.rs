@@ -47,8 +47,9 @@ pub const MAX_REFUSING: usize = 64;
 
 /// The largest request head, and the most a connection's read buffer ever holds: hyper
 /// answers a head that does not fit `431` and closes. hyper's buffer grows (8 KiB at first,
-/// doubled after a read that fills it) and never shrinks for the connection's life, so this is
-/// what every long-lived connection may keep (Node.js's default head limit is the same).
+/// doubled after a read that fills it) and never shrinks while hyper has the connection, so
+/// this is what a connection may keep while a request is on it (Node.js's default head limit
+/// is the same); an idle connection keeps none (`conn.rs`).
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// The longest a refused connection is kept to deliver its `503`.
