@@ -209,12 +209,7 @@ async fn oauth_stack(count: usize) -> (TestBridge, TestFront, Vec<String>, tokio
     let key = EncodingKey::from_rsa_pem(TEST_KEY).expect("the test key");
     let mut jwk = serde_json::to_value(Jwk::from_encoding_key(&key, Algorithm::RS256).expect("jwk")).expect("jwk");
     jwk["kid"] = json!("bench-1");
-    idp.set(
-        "/.well-known/oauth-authorization-server",
-        200,
-        &json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
-    );
-    idp.set("/jwks", 200, &json!({"keys": [jwk]}));
+    idp.publish(&issuer, &[jwk]);
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let resource = format!("http://127.0.0.1:{port}/mcp-oauth");
     let bridge = TestBridge::start_with(

@@ -21,6 +21,14 @@ impl StandinIdp {
         self.routes.lock().expect("routes").insert(path.to_owned(), (status, body.to_string()));
     }
 
+    /// Serves RFC 8414 metadata naming `issuer` (this stand-in's own origin, from
+    /// [`StandinIdp::serve`]) and a JWKS of `keys` at `/jwks`.
+    pub fn publish(&self, issuer: &str, keys: &[Value]) {
+        let metadata = serde_json::json!({ "issuer": issuer, "jwks_uri": format!("{issuer}/jwks") });
+        self.set("/.well-known/oauth-authorization-server", 200, &metadata);
+        self.set("/jwks", 200, &serde_json::json!({ "keys": keys }));
+    }
+
     /// How many requests asked for `path`.
     pub fn hits(&self, path: &str) -> usize {
         self.hits.lock().expect("hits").iter().filter(|p| *p == path).count()

@@ -113,12 +113,7 @@ async fn setup() -> Setup {
     enc["use"] = json!("enc");
     enc["kid"] = json!("enc-1");
     let oct = json!({"kty": "oct", "k": b64(RSA_PUBLIC), "kid": "oct-1", "alg": "HS256"});
-    idp.set(
-        "/.well-known/oauth-authorization-server",
-        200,
-        &json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
-    );
-    idp.set("/jwks", 200, &json!({"keys": [rsa_jwk, ec_jwk, ed_jwk, enc, oct]}));
+    idp.publish(&issuer, &[rsa_jwk, ec_jwk, ed_jwk, enc, oct]);
     let config = OAuthConfig { admins: vec!["boss".into()], ..config(&issuer) };
     let verifier = Verifier::new(config, Http::new(true).unwrap());
     Setup { idp, issuer, verifier, rsa, _server: server }

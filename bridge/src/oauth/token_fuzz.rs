@@ -73,12 +73,7 @@ fn fuzz_oauth_token() {
     let mut jwk =
         serde_json::to_value(jsonwebtoken::jwk::Jwk::from_encoding_key(&key, Algorithm::RS256).unwrap()).unwrap();
     jwk["kid"] = json!("fuzz-1");
-    idp.set(
-        "/.well-known/oauth-authorization-server",
-        200,
-        &json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}),
-    );
-    idp.set("/jwks", 200, &json!({"keys": [jwk]}));
+    idp.publish(&issuer, &[jwk]);
     let config =
         OAuthConfig { role_claim: Some("realm_access.roles".into()), admins: vec!["root".into()], ..config(&issuer) };
     let verifier = Verifier::new(config, Http::new(true).expect("a client"));
