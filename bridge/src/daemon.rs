@@ -96,6 +96,8 @@ pub fn prepare(config: BridgeConfig) -> anyhow::Result<Prelude> {
 pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     let Prelude { config, uid, gid, descriptors, instance, store, leases, keys, self_exe } = prelude;
     let config = Arc::new(config);
+    // Before anything is written: every state change from here on writes its notifications.
+    store.set_routes(crate::notify::routes(&config.notify));
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
     let clock = Clock::System;
@@ -161,7 +163,10 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
         auth = auth.with_oauth(Arc::new(crate::oauth::Verifier::new(oauth.clone(), http)));
     }
     let board_addr = Arc::new(std::sync::OnceLock::new());
+    let notifier =
+        crate::notify::Notifier::new(Arc::clone(&store), Arc::clone(&config), clock.clone(), Arc::clone(&board_addr))?;
     let registry = Arc::new(Registry::new(Services {
+        notify: notifier.clone(),
         tasks: tasks.clone(),
         plans: plans.clone(),
         keys: key_service,
@@ -187,6 +192,13 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     plans.start().await.map_err(|e| anyhow::anyhow!("{e}")).context("cannot resume the approved plans")?;
     // The board is a convenience: a bridge whose board address is taken still serves its socket.
     let board = start_board(&config, &registry, &board_addr, &shutdown).await;
+    // The delivery worker stops after the tasks: their last transitions' rows are written by
+    // then, and whatever it has not sent is sent by the next start.
+    let notify_stop = CancellationToken::new();
+    background.spawn(notifier.run(notify_stop.clone()));
+    if !config.notify.targets.is_empty() {
+        tracing::info!(targets = config.notify.targets.len(), "notifications are sent to the configured targets");
+    }
     tracing::info!(socket = %config.socket_path.display(), workdirs = config.workdirs.len(), "agent-bridge is ready");
 
     let reaper = shutdown.clone();
@@ -231,6 +243,7 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     // connections: a slow client never delays the providers' stop.
     plans.shutdown(Duration::from_secs(5)).await;
     tasks.shutdown(Duration::from_secs(25)).await;
+    notify_stop.cancel();
     if let Some(cgroups) = tasks.providers().containment().cgroups().cloned() {
         let _ = tokio::task::spawn_blocking(move || cgroups.remove_if_empty()).await;
     }

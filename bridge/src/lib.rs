@@ -12,6 +12,7 @@ pub mod ids;
 pub mod keys;
 pub mod lease;
 pub mod model;
+pub mod notify;
 pub mod oauth;
 pub mod plans;
 pub mod provider;

@@ -15,6 +15,8 @@ pub(super) enum Failure {
     Usage(String),
     /// A refused or failed call.
     Call(CallError),
+    /// The command said what failed already.
+    Quiet,
 }
 
 impl From<CallError> for Failure {

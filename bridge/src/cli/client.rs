@@ -71,6 +71,8 @@ pub enum Action {
     Health,
     /// The audit log.
     Audit(super::audit::AuditArgs),
+    /// Notifications.
+    Notify(super::notify::NotifyCommand),
 }
 
 /// Runs a client command against the bridge.
@@ -96,6 +98,7 @@ pub fn run(target: Target, action: Action) -> ExitCode {
             output::error(&message);
             Exit::Config.into()
         }
+        Err(Failure::Quiet) => Exit::Failure.into(),
         Err(Failure::Call(e)) => {
             output::error(&format!("{}: {}", e.code(), strip_code(&e)));
             match e {
@@ -164,6 +167,7 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
         Action::Audit(args) => super::audit::audit(client, args, json_mode).await?,
         Action::Plans(command) => super::plans::plans(client, command, json_mode).await?,
         Action::Board(command) => super::plans::board(client, command, json_mode).await?,
+        Action::Notify(command) => super::notify::notify(client, command, json_mode).await?,
         Action::Guards(GuardsCommand::List) => {
             let v = call(client, "admin_workdir_status", json!({})).await?;
             show(json_mode, &v, |v| {

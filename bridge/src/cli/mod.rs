@@ -12,6 +12,7 @@ mod audit;
 mod call;
 mod client;
 mod doctor;
+mod notify;
 mod output;
 mod plans;
 mod tasks;
@@ -105,6 +106,13 @@ enum Command {
     Board {
         #[command(subcommand)]
         command: plans::BoardCommand,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Notifications: test a target, list the targets and their deliveries.
+    Notify {
+        #[command(subcommand)]
+        command: notify::NotifyCommand,
         #[command(flatten)]
         target: Target,
     },
@@ -209,6 +217,7 @@ pub fn main() -> ExitCode {
         Command::Tasks { command, target } => client::run(target, client::Action::Tasks(command)),
         Command::Plans { command, target } => client::run(target, client::Action::Plans(command)),
         Command::Board { command, target } => client::run(target, client::Action::Board(command)),
+        Command::Notify { command, target } => client::run(target, client::Action::Notify(command)),
         Command::Health { target } => client::run(target, client::Action::Health),
         Command::Audit { args, target } => client::run(target, client::Action::Audit(args)),
         Command::Guards { command, target } => client::run(target, client::Action::Guards(command)),

@@ -108,6 +108,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
     let limits = read_limits(reader);
     let mcp_auth = read_mcp_auth(reader);
     let oauth = super::oauth::read(reader);
+    let notify = super::notify::read(reader);
     let codex = RuntimeBinary {
         bin: reader.path("SERVERFS_CODEX_BIN").flatten(),
         home: reader.path("SERVERFS_CODEX_HOME").flatten(),
@@ -130,6 +131,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         limits: limits?,
         mcp_auth: mcp_auth?,
         oauth: oauth?,
+        notify: notify?,
         codex,
         claude,
         workdirs,
@@ -426,6 +428,7 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
     }
     workdirs::check_workdir_rules(config, &mut refusals);
     super::oauth::check_rules(config, &mut refusals);
+    super::notify::check_rules(config, &mut refusals);
     refusals.into_result(())
 }
 

@@ -49,6 +49,15 @@ fn heading(group: Group) -> (&'static str, &'static [&'static str]) {
             ],
         ),
         Group::Board => ("Board: the local web board", &[]),
+        Group::Notify => (
+            "Notifications: SERVERFS_NOTIFY_NN_* for NN = 01 to 08, sent when an agent needs you or ends",
+            &[
+                "Events: approval.requested, question.requested, task.finished (succeeded or cancelled),",
+                "task.failed (failed or interrupted), plan.pending_approval, workdir.recovery_required.",
+                "A target is in use when its URL is set. Deliveries are stored first and retried for 24 h;",
+                "webhooks are signed per Standard Webhooks. Never a host path, a key or a prompt is sent.",
+            ],
+        ),
         Group::Runtimes => ("Runtimes: where the agent CLIs live", &[]),
         Group::Logging => ("Logging", &[]),
         Group::Workdir => (

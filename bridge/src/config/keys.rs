@@ -2,8 +2,8 @@
 //!
 //! [`KEYS`] is the single source for key names, defaults and meanings: the validator in
 //! [`super::env`] looks keys up here, and `.env.example` is checked against this table.
-//! Per-slot keys are written with the placeholder `NN` (`WORKDIR_NN_ALIAS`) and exist for the
-//! slots `01` to [`SLOT_COUNT`].
+//! Per-slot keys are written with the placeholder `NN` (`WORKDIR_NN_ALIAS`,
+//! `SERVERFS_NOTIFY_NN_URL`) and exist for the slots `01` to their family's count.
 
 /// How many `WORKDIR_NN_*` slots there are.
 pub const SLOT_COUNT: u8 = 16;
@@ -11,8 +11,32 @@ pub const SLOT_COUNT: u8 = 16;
 /// The prefix every per-slot key starts with, before its two-digit slot number.
 pub const SLOT_PREFIX: &str = "WORKDIR_";
 
-/// The placeholder a per-slot key's name carries where the slot number goes.
-const SLOT_PLACEHOLDER: &str = "WORKDIR_NN_";
+/// How many `SERVERFS_NOTIFY_NN_*` notification targets there are.
+pub const NOTIFY_COUNT: u8 = 8;
+
+/// A family of numbered keys: workdirs, notification targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotFamily {
+    /// What the key's name starts with, `NN` included (`WORKDIR_NN_`).
+    pub placeholder: &'static str,
+    /// What goes before the two digits (`WORKDIR_`).
+    pub prefix: &'static str,
+    /// Slots `01` to this.
+    pub count: u8,
+    /// What a slot is, for messages ("workdir slots").
+    pub what: &'static str,
+}
+
+/// The families, workdirs first.
+pub const FAMILIES: [SlotFamily; 2] = [
+    SlotFamily { placeholder: "WORKDIR_NN_", prefix: SLOT_PREFIX, count: SLOT_COUNT, what: "workdir slots" },
+    SlotFamily {
+        placeholder: "SERVERFS_NOTIFY_NN_",
+        prefix: "SERVERFS_NOTIFY_",
+        count: NOTIFY_COUNT,
+        what: "notification targets",
+    },
+];
 
 /// The part of the project a key belongs to; `.env.example` is laid out by group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -35,6 +59,8 @@ pub enum Group {
     Compose,
     /// The local web board.
     Board,
+    /// Outbound notifications (`SERVERFS_NOTIFY_NN_*`).
+    Notify,
     /// Where the agent CLIs live.
     Runtimes,
     /// Logging.
@@ -70,18 +96,28 @@ pub struct KeySpec {
 }
 
 impl KeySpec {
-    /// Whether this key exists once per workdir slot.
+    /// The family of numbered keys this key belongs to, if any.
+    pub fn family(&self) -> Option<&'static SlotFamily> {
+        FAMILIES.iter().find(|f| self.name.starts_with(f.placeholder))
+    }
+
+    /// Whether this key exists once per slot (a workdir, a notification target).
     pub fn is_per_slot(&self) -> bool {
-        self.name.starts_with(SLOT_PLACEHOLDER)
+        self.family().is_some()
     }
 
     /// The key's name for one slot (`WORKDIR_03_ALIAS`); global keys return their name.
     pub fn name_for_slot(&self, slot: u8) -> String {
-        match self.name.strip_prefix(SLOT_PLACEHOLDER) {
-            Some(suffix) => slot_key(slot, suffix),
+        match self.family() {
+            Some(f) => format!("{}{slot:02}_{}", f.prefix, &self.name[f.placeholder.len()..]),
             None => self.name.to_owned(),
         }
     }
+}
+
+/// The name of a notification target's key: `notify_key(2, "URL")` is `SERVERFS_NOTIFY_02_URL`.
+pub fn notify_key(slot: u8, suffix: &str) -> String {
+    format!("{}{slot:02}_{suffix}", FAMILIES[1].prefix)
 }
 
 /// The name of a per-slot key: `slot_key(3, "ALIAS")` is `WORKDIR_03_ALIAS`.
@@ -376,6 +412,43 @@ pub static KEYS: &[KeySpec] = &[
         "Serve the board on this Unix socket (0600) instead of TCP, for ssh -L; absolute or ~/.",
     ),
     ours(
+        "SERVERFS_BOARD_PUBLIC_URL",
+        None,
+        Group::Board,
+        "The board as you reach it from a phone (tunnel, tailnet, proxy), for notification links; https://.",
+    ),
+    ours(
+        "SERVERFS_NOTIFY_RETRY_BASE_MS",
+        Some("5000"),
+        Group::Notify,
+        "The first retry delay of a failed delivery, in ms; it doubles up to 1 h, for 24 h.",
+    ),
+    ours(
+        "SERVERFS_NOTIFY_NN_URL",
+        None,
+        Group::Notify,
+        "Where target NN is sent: a webhook, an ntfy topic or a Slack incoming-webhook URL; https://.",
+    ),
+    ours("SERVERFS_NOTIFY_NN_KIND", None, Group::Notify, "The target's format: webhook, ntfy or slack."),
+    ours(
+        "SERVERFS_NOTIFY_NN_EVENTS",
+        None,
+        Group::Notify,
+        "Comma-separated events to send (empty: all six, listed above).",
+    ),
+    ours(
+        "SERVERFS_NOTIFY_NN_SECRET",
+        None,
+        Group::Notify,
+        "webhook: the signing secret, whsec_<base64> (24-64 bytes); ntfy: an access token (optional).",
+    ),
+    ours(
+        "SERVERFS_NOTIFY_NN_DETAILS",
+        Some("summary"),
+        Group::Notify,
+        "summary: titles and kinds only; full: also the approval's command or the question's text.",
+    ),
+    ours(
         "SERVERFS_CODEX_BIN",
         None,
         Group::Runtimes,
@@ -489,27 +562,29 @@ pub struct KnownKey {
 
 /// Looks a key up in the catalog, per-slot keys included (exact, case-sensitive).
 pub fn lookup(key: &str) -> Option<KnownKey> {
-    if let Some((slot, suffix)) = split_slot_key(key) {
-        if !(1..=SLOT_COUNT).contains(&slot) {
+    if let Some((family, slot, suffix)) = split_slot_key(key) {
+        if !(1..=family.count).contains(&slot) {
             return None;
         }
         return KEYS
             .iter()
-            .find(|spec| spec.name.strip_prefix(SLOT_PLACEHOLDER) == Some(suffix))
+            .find(|spec| spec.name.strip_prefix(family.placeholder) == Some(suffix))
             .map(|spec| KnownKey { spec, slot: Some(slot) });
     }
     KEYS.iter().find(|spec| !spec.is_per_slot() && spec.name == key).map(|spec| KnownKey { spec, slot: None })
 }
 
-/// Splits `WORKDIR_07_ALIAS` into `(7, "ALIAS")`; anything else is `None`.
-fn split_slot_key(key: &str) -> Option<(u8, &str)> {
-    let rest = key.strip_prefix(SLOT_PREFIX)?;
-    let (digits, suffix) = rest.split_at_checked(2)?;
-    let suffix = suffix.strip_prefix('_')?;
-    if !digits.bytes().all(|b| b.is_ascii_digit()) || suffix.is_empty() {
-        return None;
-    }
-    digits.parse().ok().map(|slot| (slot, suffix))
+/// Splits `WORKDIR_07_ALIAS` into `(workdirs, 7, "ALIAS")`; anything else is `None`.
+fn split_slot_key(key: &str) -> Option<(&'static SlotFamily, u8, &str)> {
+    FAMILIES.iter().find_map(|family| {
+        let rest = key.strip_prefix(family.prefix)?;
+        let (digits, suffix) = rest.split_at_checked(2)?;
+        let suffix = suffix.strip_prefix('_')?;
+        if !digits.bytes().all(|b| b.is_ascii_digit()) || suffix.is_empty() {
+            return None;
+        }
+        digits.parse().ok().map(|slot| (family, slot, suffix))
+    })
 }
 
 /// Whether a key lies in the project's namespace (`SERVERFS_*` or `WORKDIR_*`, any case), so
@@ -528,10 +603,10 @@ pub fn is_secret(key: &str) -> bool {
 /// Explains why an unknown key of our namespace is refused, with the closest known key when
 /// one is within two edits.
 pub fn unknown_key_message(key: &str) -> String {
-    if let Some((slot, suffix)) = split_slot_key(key) {
-        let known_suffix = KEYS.iter().any(|spec| spec.name.strip_prefix(SLOT_PLACEHOLDER) == Some(suffix));
-        if known_suffix && !(1..=SLOT_COUNT).contains(&slot) {
-            return format!("unknown key: workdir slots are numbered 01 to {SLOT_COUNT:02}");
+    if let Some((family, slot, suffix)) = split_slot_key(key) {
+        let known_suffix = KEYS.iter().any(|spec| spec.name.strip_prefix(family.placeholder) == Some(suffix));
+        if known_suffix && !(1..=family.count).contains(&slot) {
+            return format!("unknown key: {} are numbered 01 to {:02}", family.what, family.count);
         }
     }
     match suggest(key) {
@@ -545,8 +620,8 @@ pub fn suggest(key: &str) -> Option<String> {
     let wanted = key.to_ascii_uppercase();
     let mut best: Option<(usize, String)> = None;
     for spec in KEYS {
-        let names: Vec<String> = if spec.is_per_slot() {
-            (1..=SLOT_COUNT).map(|slot| spec.name_for_slot(slot)).collect()
+        let names: Vec<String> = if let Some(family) = spec.family() {
+            (1..=family.count).map(|slot| spec.name_for_slot(slot)).collect()
         } else {
             vec![spec.name.to_owned()]
         };

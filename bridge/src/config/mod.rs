@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod env;
 pub mod example;
 pub mod keys;
+pub mod notify;
 pub mod oauth;
 mod refusals;
 pub mod render;
@@ -53,6 +54,10 @@ pub struct BridgeConfig {
     /// before it existed load without it.
     #[serde(default)]
     pub oauth: Option<oauth::OAuthConfig>,
+    /// Outbound notifications and the board's public URL. Configs rendered before they existed
+    /// load with none.
+    #[serde(default)]
+    pub notify: notify::NotifyConfig,
     /// The Codex CLI.
     pub codex: RuntimeBinary,
     /// The Claude Code CLI.

@@ -165,6 +165,7 @@ mod tests {
             limits: Limits::default(),
             mcp_auth: McpAuth::default(),
             oauth: None,
+            notify: Default::default(),
             codex: RuntimeBinary { bin: None, home: Some(PathBuf::from("/home/op/.codex")) },
             claude: RuntimeBinary::default(),
             workdirs: vec![Workdir {

@@ -26,6 +26,7 @@ pub mod audit;
 pub mod auth;
 mod info_tools;
 mod key_tools;
+mod notify_tools;
 mod plan_tools;
 pub mod policy;
 pub mod sessions;
@@ -45,6 +46,8 @@ pub struct Services {
     pub plans: crate::plans::PlanService,
     /// API keys.
     pub keys: crate::keys::KeyService,
+    /// Outbound notifications.
+    pub notify: crate::notify::Notifier,
     /// The address the board actually listens on, once it does.
     pub board_addr: Arc<std::sync::OnceLock<std::net::SocketAddr>>,
     /// The store (board tokens, audit reads).
@@ -143,6 +146,7 @@ fn catalog() -> Vec<Capability> {
     capabilities.extend(admin_tools::all());
     capabilities.extend(key_tools::all());
     capabilities.extend(plan_tools::all());
+    capabilities.extend(notify_tools::all());
     capabilities
 }
 

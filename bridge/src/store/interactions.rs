@@ -99,7 +99,10 @@ impl Store {
                 }),
             );
             insert_event(tx, task_id, &event, now)?;
-            get_task_in(tx, task_id)?.ok_or(StoreError::TaskNotFound)
+            let row = get_task_in(tx, task_id)?.ok_or(StoreError::TaskNotFound)?;
+            let request = (new.request_id.as_str(), new.kind.as_str(), new.expires_at);
+            super::outbox::on_interaction(self, tx, &row, request, &new.payload_json, now)?;
+            Ok(row)
         })
     }
 

@@ -29,6 +29,7 @@ pub mod events;
 pub mod guards;
 pub mod interactions;
 pub mod keys;
+pub mod outbox;
 pub mod plans;
 mod schema;
 pub mod tasks;
@@ -130,6 +131,11 @@ pub struct Store {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+    /// Which notification targets want which events (see [`outbox`]).
+    routes: std::sync::RwLock<Arc<outbox::Routes>>,
+    /// Set by a write that added outbox rows; the delivery worker is woken after its commit.
+    outbox_dirty: std::sync::atomic::AtomicBool,
+    outbox_wake: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Store {
@@ -150,7 +156,23 @@ impl Store {
         ensure_private_file(&path)?;
         let mut writer = open_connection(&path)?;
         schema::migrate(&mut writer)?;
-        Ok(Store { path, writer: Mutex::new(writer), readers: Mutex::new(Vec::new()) })
+        Ok(Store::with(path, writer))
+    }
+
+    fn with(path: PathBuf, writer: Connection) -> Store {
+        Store {
+            path,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+            routes: Default::default(),
+            outbox_dirty: Default::default(),
+            outbox_wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Notes that the current write added outbox rows.
+    fn outbox_written(&self) {
+        self.outbox_dirty.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Opens an existing store read-only, without migrating (for `agent-bridge doctor` while
@@ -164,7 +186,7 @@ impl Store {
         if found > known {
             return Err(StoreError::TooNew { found, known });
         }
-        Ok(Store { path, writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) })
+        Ok(Store::with(path, conn))
     }
 
     /// The database file.
@@ -176,8 +198,13 @@ impl Store {
     pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.writer.lock().unwrap_or_else(|poison| poison.into_inner());
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let value = f(&tx)?;
+        let value = f(&tx);
+        let dirty = self.outbox_dirty.swap(false, std::sync::atomic::Ordering::Relaxed);
+        let value = value?;
         tx.commit()?;
+        if dirty {
+            self.outbox_wake.notify_one();
+        }
         Ok(value)
     }
 

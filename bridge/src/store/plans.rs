@@ -277,6 +277,9 @@ impl Store {
                 stmt.execute(params![new.plan_id, (i + 1) as i64, step.title, step.prompt])?;
             }
             let row = get_plan_in(tx, &new.plan_id)?.ok_or(StoreError::PlanNotFound)?;
+            if row.status == PlanStatus::PendingApproval {
+                super::outbox::on_plan_pending(self, tx, &row, steps.len(), new.created_at)?;
+            }
             Ok(PlanInserted::Created(row))
         })
     }

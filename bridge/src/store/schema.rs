@@ -196,8 +196,63 @@ ALTER TABLE audit_log ADD COLUMN coalesce_key TEXT;
 CREATE UNIQUE INDEX audit_by_coalesce_key ON audit_log(coalesce_key) WHERE coalesce_key IS NOT NULL;
 "#;
 
+/// Migration 6 (issue 14): the notification outbox, its delivery attempts and action links.
+///
+/// A row of `notify_outbox` is one notification to one target, written in the transaction of
+/// the state change it reports; `dedupe_key` makes a second write of the same fact a no-op.
+/// `action_url` holds a single-use action link until the row is delivered or given up (only the
+/// link's SHA-256 is in `action_links`). New tables only.
+const V6_NOTIFY: &str = r#"
+CREATE TABLE notify_outbox (
+    outbox_id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id       TEXT NOT NULL UNIQUE,
+    dedupe_key       TEXT NOT NULL UNIQUE,
+    target           INTEGER NOT NULL,
+    event_type       TEXT NOT NULL,
+    order_key        TEXT NOT NULL,
+    task_id          TEXT,
+    plan_id          TEXT,
+    request_id       TEXT,
+    facts_json       TEXT NOT NULL,
+    action_url       TEXT,
+    state            TEXT NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    created_at       INTEGER NOT NULL,
+    next_attempt_at  INTEGER NOT NULL,
+    give_up_at       INTEGER NOT NULL,
+    last_attempt_at  INTEGER,
+    last_status      INTEGER,
+    last_error       TEXT,
+    last_latency_ms  INTEGER,
+    delivered_at     INTEGER
+);
+CREATE INDEX notify_pending ON notify_outbox(target, order_key, outbox_id) WHERE state = 'pending';
+CREATE INDEX notify_by_created ON notify_outbox(created_at);
+CREATE TABLE notify_attempts (
+    outbox_id   INTEGER NOT NULL REFERENCES notify_outbox(outbox_id) ON DELETE CASCADE,
+    attempt     INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    http_status INTEGER,
+    latency_ms  INTEGER NOT NULL,
+    error       TEXT,
+    PRIMARY KEY (outbox_id, attempt)
+);
+CREATE INDEX notify_attempts_by_at ON notify_attempts(at);
+CREATE TABLE action_links (
+    link_id      TEXT PRIMARY KEY,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    task_id      TEXT NOT NULL,
+    request_id   TEXT NOT NULL,
+    target       INTEGER NOT NULL,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    used_at      INTEGER
+);
+CREATE INDEX action_links_by_task ON action_links(task_id);
+"#;
+
 /// Every migration, in order; `user_version` is the number applied.
-pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS];
+pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS, V6_NOTIFY];
 
 /// Applies the missing migrations in one exclusive transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

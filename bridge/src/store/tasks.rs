@@ -305,7 +305,13 @@ impl Store {
         fields: TransitionFields,
         now: i64,
     ) -> Result<TaskRow, StoreError> {
-        self.write(|tx| transition_in(tx, task_id, to, fields, now))
+        self.write(|tx| {
+            let row = transition_in(tx, task_id, to, fields, now)?;
+            if row.status.is_terminal() {
+                super::outbox::on_terminal(self, tx, &row, now)?;
+            }
+            Ok(row)
+        })
     }
 
     /// Records the provider's native session id.
@@ -386,6 +392,7 @@ impl Store {
                 .collect::<Result<Vec<_>, _>>()?;
             for (task_id, _) in &doomed {
                 tx.execute("DELETE FROM tasks WHERE task_id = ?1", [task_id])?;
+                tx.execute("DELETE FROM action_links WHERE task_id = ?1", [task_id])?;
             }
             Ok(doomed)
         })

@@ -59,6 +59,10 @@ async fn release(inner: &Arc<Inner>, task: &TaskRow, lease: Option<Lease>, proof
         }
     } else {
         tracing::warn!(?proof, "provider stop not proven; the workdir keeps its recovery guard");
+        let (alias, id, now) = (task.workdir_alias.clone(), task_id.clone(), inner.clock.now_ms());
+        if let Err(e) = inner.store.call(move |s| s.notify_guard_kept(&alias, &id, now)).await {
+            tracing::warn!(cause = %e, "cannot write the recovery notification");
+        }
         let alias = task.workdir_alias.clone();
         if let Ok(Some(guard)) = inner.store.call(move |s| s.get_guard(&alias)).await
             && guard.task_id == task_id

@@ -181,6 +181,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
             tunnel_role: Role::Viewer,
         },
         oauth: None,
+        notify: Default::default(),
         codex: RuntimeBinary {
             bin: Some(PathBuf::from("/usr/local/bin/codex")),
             home: Some(home.join(".codex-bridge")),
