@@ -88,3 +88,49 @@ async fn doctor_fails_on_a_state_directory_open_to_others() {
     let (exit, report) = doctor_json(&b);
     assert_eq!(exit, Some(0), "{report:#}");
 }
+
+#[tokio::test]
+async fn doctor_warns_about_a_notification_target_failing_for_an_hour() {
+    // Nothing listens on port 9 of the loopback: every attempt fails to connect.
+    let options = e2e::Options::default()
+        .with("SERVERFS_NOTIFY_01_URL=http://127.0.0.1:9/hook")
+        .with("SERVERFS_NOTIFY_01_KIND=webhook")
+        .with("SERVERFS_NOTIFY_01_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        .with("SERVERFS_NOTIFY_RETRY_BASE_MS=100");
+    let mut b = TestBridge::start_with(options).await;
+    let id = b.submit("complete: done").await;
+    b.wait_status(&id, "succeeded").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let v = b.call("admin_list_notifications", json!({ "limit": 5 })).await.expect("list");
+        if v["deliveries"][0]["attempts"].as_i64().unwrap_or(0) >= 1 {
+            assert_eq!(v["deliveries"][0]["state"], "pending", "{v:#}");
+            assert_eq!(v["deliveries"][0]["last_error"], "connection failed", "{v:#}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no attempt: {v:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (exit, report) = doctor_json(&b);
+    assert_eq!(exit, Some(0), "{report:#}");
+    assert_eq!(check(&report, "notifications")["level"], "ok", "failing, but not for an hour yet");
+    b.stop().await;
+    b.age_notification_attempts(2);
+    // Down: read from the store.
+    let (exit, report) = doctor_json(&b);
+    assert_eq!(exit, Some(0), "a failing target is a warning, not a failure: {report:#}");
+    let warning = check(&report, "notifications");
+    assert_eq!(warning["level"], "warn", "{report:#}");
+    let detail = warning["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("target 01") && detail.contains("has failed since") && detail.contains("notify test 01"),
+        "{detail}"
+    );
+    assert!(!detail.contains("/hook"), "the URL's path is not shown: {detail}");
+    // Up again: the bridge says the same.
+    b.spawn().await;
+    let (_, report) = doctor_json(&b);
+    assert_eq!(check(&report, "notifications")["level"], "warn", "{report:#}");
+    let text = String::from_utf8_lossy(&b.cli_env(&["doctor"]).stdout).into_owned();
+    assert!(text.contains("[warn] notifications: target 01 (webhook to http://127.0.0.1:9/…)"), "{text}");
+}

@@ -117,6 +117,15 @@ impl TestBridge {
             .unwrap_or(0)
     }
 
+    /// Moves every recorded notification attempt `hours` into the past (while the bridge is
+    /// down), as if its target had been failing that long.
+    pub fn age_notification_attempts(&self, hours: i64) {
+        assert!(self.child.is_none(), "age attempts only while the bridge is down");
+        let db = rusqlite::Connection::open(self.state_dir.join("bridge.sqlite3")).expect("open the store");
+        let n = db.execute("UPDATE notify_attempts SET at = at - ?1", [hours * 3_600_000]).expect("age the attempts");
+        assert!(n > 0, "no attempt to age");
+    }
+
     /// Moves the completion time of terminal tasks `hours` into the past, as if the bridge had
     /// been down that long since they ended. Only while the bridge is stopped: this is the one
     /// place the tests write the store, to let retention see old tasks without waiting hours.

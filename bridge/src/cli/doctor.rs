@@ -139,6 +139,7 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
             );
         }
     }
+    notify_check(&mut checks, &config, live.then_some(&client), &runtime);
     let healthy = !checks.iter().any(|c| c.level == "fail");
     if target.json {
         let checks: Vec<Value> =
@@ -184,18 +185,102 @@ fn sandbox_check(checks: &mut Vec<Check>, containment: &Value) {
     }
 }
 
-async fn status_from_bridge(client: &Client) -> Result<Value, String> {
+async fn local_call(client: &Client, name: &str, arguments: Map<String, Value>) -> Result<Value, String> {
     let params = CallParams {
         credential: None,
         surface: Surface::Cli,
         path: Default::default(),
         client: None,
-        name: "admin_workdir_status".into(),
-        arguments: Map::new(),
+        name: name.into(),
+        arguments,
     };
     let Ok(Value::Object(params)) = serde_json::to_value(params) else { return Err("bad parameters".into()) };
-    let v = client.call(methods::CAPABILITIES_CALL, params).await.map_err(|e| e.to_string())?;
-    Ok(v["workdirs"].clone())
+    client.call(methods::CAPABILITIES_CALL, params).await.map_err(|e| e.to_string())
+}
+
+async fn status_from_bridge(client: &Client) -> Result<Value, String> {
+    Ok(local_call(client, "admin_workdir_status", Map::new()).await?["workdirs"].clone())
+}
+
+/// A target that failed since its last delivery: (slot, failing since, pending rows, for an hour).
+type Failing = (u8, Option<String>, i64, bool);
+
+/// The notification targets: a warning for each one whose deliveries have failed for an hour
+/// (from the bridge, or from the store while it is down).
+fn notify_check(
+    checks: &mut Vec<Check>,
+    config: &BridgeConfig,
+    client: Option<&Client>,
+    runtime: &tokio::runtime::Runtime,
+) {
+    if config.notify.targets.is_empty() {
+        return;
+    }
+    let now = crate::clock::Clock::System.now_ms();
+    // (target, failing since, pending) per target that has failed since its last delivery.
+    let failing: Result<Vec<Failing>, String> = match client {
+        Some(client) => runtime
+            .block_on(local_call(client, "admin_list_notifications", Map::from_iter([("limit".into(), json!(1))])))
+            .map(|v| {
+                v["targets"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| {
+                        let slot = t["target"].as_u64().unwrap_or(0) as u8;
+                        (
+                            slot,
+                            t["failing_since"].as_str().map(str::to_owned),
+                            t["pending"].as_i64().unwrap_or(0),
+                            t["failing_for_an_hour"] == true,
+                        )
+                    })
+                    .collect()
+            }),
+        None if !config.state_dir.join(crate::store::DB_FILE).exists() => Ok(Vec::new()),
+        None => crate::store::Store::open_read_only(&config.state_dir)
+            .and_then(|s| s.notification_stats())
+            .map(|stats| {
+                stats
+                    .into_iter()
+                    .filter(|s| s.pending > 0 || s.given_up > 0)
+                    .map(|s| {
+                        let long = s.failing_since.is_some_and(|at| now - at >= crate::notify::FAILING_WARN_MS);
+                        (s.target, s.failing_since.map(crate::clock::rfc3339), s.pending, long)
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.to_string()),
+    };
+    match failing {
+        Err(e) => check(checks, "notifications", "warn", format!("cannot read the deliveries: {e}")),
+        Ok(list) => {
+            let mut warned = false;
+            for (slot, since, pending, long) in list {
+                if !long {
+                    continue;
+                }
+                warned = true;
+                let target = config.notify.targets.iter().find(|t| t.slot == slot);
+                let what = target.map_or_else(String::new, |t| {
+                    format!(" ({} to {})", t.kind.as_str(), crate::config::notify::redacted_url(&t.url))
+                });
+                check(
+                    checks,
+                    "notifications",
+                    "warn",
+                    format!(
+                        "target {slot:02}{what} has failed since {}; {pending} notification(s) wait: `agent-bridge notify test {slot:02}`",
+                        since.unwrap_or_default()
+                    ),
+                );
+            }
+            if !warned {
+                let n = config.notify.targets.len();
+                check(checks, "notifications", "ok", format!("{n} target(s), none failing for an hour"));
+            }
+        }
+    }
 }
 
 /// The same view, from the files, while the bridge is down (no lease can be held then, but a

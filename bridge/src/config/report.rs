@@ -162,6 +162,21 @@ impl fmt::Display for EnvReport {
             Some(path) => writeln!(f, "  listen:              unix socket {} (not TCP)", path.display())?,
             None => writeln!(f, "  listen:              {}", o.board_addr)?,
         }
+        let public = c.notify.board_public_url.as_deref().unwrap_or("(none: links point at the local board)");
+        writeln!(f, "  public URL:          {public}")?;
+        writeln!(f, "notifications")?;
+        if c.notify.targets.is_empty() {
+            writeln!(f, "  (none)")?;
+        }
+        for t in &c.notify.targets {
+            let events: Vec<&str> = t.events.iter().map(|e| e.as_str()).collect();
+            let details = if t.details == super::notify::Details::Full { "full" } else { "summary" };
+            let url = super::notify::redacted_url(&t.url);
+            writeln!(f, "  {:02} {} to {url}: {} ({details})", t.slot, t.kind.as_str(), events.join(", "))?;
+        }
+        if !c.notify.targets.is_empty() {
+            writeln!(f, "  first retry after:   {} ms, doubling up to 1 h, for 24 h", c.notify.retry_base_ms)?;
+        }
         writeln!(f, "runtimes")?;
         write_runtime(f, "codex", &c.codex)?;
         write_runtime(f, "claude", &c.claude)?;

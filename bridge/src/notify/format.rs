@@ -128,7 +128,8 @@ fn details_text(details: &Value) -> String {
         }
     }
     for q in details.get("questions").and_then(Value::as_array).into_iter().flatten() {
-        if let Some(text) = q.get("question").or_else(|| q.get("text")).and_then(Value::as_str) {
+        let text = ["question", "prompt", "header", "text"].iter().find_map(|k| q.get(*k).and_then(Value::as_str));
+        if let Some(text) = text {
             parts.push(format!("? {text}"));
         }
     }

@@ -294,7 +294,7 @@ impl Notifier {
         let Some(target) = self.target(slot) else {
             return Err(ToolError::invalid(
                 "target",
-                &format!("target {slot:02} is not configured (SERVERFS_NOTIFY_{slot:02}_URL)"),
+                format!("target {slot:02} is not configured (SERVERFS_NOTIFY_{slot:02}_URL)"),
             ));
         };
         let kind = target.kind.as_str();

@@ -1,1 +1,210 @@
-//! Tests of the delivery worker.
+//! Tests of the delivery worker against a real HTTP receiver on 127.0.0.1 and a real SQLite
+//! store: the same message id on every retry, a signature that verifies, rows resent by a new
+//! worker after a stop, and a test notification's single attempt.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use tokio_util::sync::CancellationToken;
+
+use super::{Notifier, backoff_ms, format, routes};
+use crate::clock::Clock;
+use crate::config::BridgeConfig;
+use crate::model::TaskStatus;
+use crate::store::Store;
+use crate::store::events::NewEvent;
+use crate::store::tasks::{NewTask, TransitionFields};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// What the receiver got: (path, webhook-id, webhook-timestamp, webhook-signature, body).
+type Got = Arc<Mutex<Vec<(String, String, String, String, String)>>>;
+
+/// A receiver that answers 500 to the first `fail` requests, then 200; `/dead` always 503.
+async fn receiver(fail: usize) -> (String, Got) {
+    let got: Got = Arc::default();
+    let seen = Arc::clone(&got);
+    let app = Router::new().route(
+        "/{*path}",
+        post(move |uri: axum::http::Uri, headers: HeaderMap, body: String| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                let mut list = seen.lock().unwrap();
+                list.push((
+                    uri.path().to_owned(),
+                    h("webhook-id"),
+                    h("webhook-timestamp"),
+                    h("webhook-signature"),
+                    body,
+                ));
+                if uri.path() == "/dead" || list.len() <= fail {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    StatusCode::OK
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = bridge_httpd::Server {
+        name: "receiver",
+        limits: bridge_httpd::Limits::BOARD,
+        style: bridge_httpd::Style::Text,
+    };
+    tokio::spawn(bridge_httpd::serve(listener, app, server, CancellationToken::new()));
+    (format!("http://{addr}"), got)
+}
+
+fn config(root: &std::path::Path, url: &str) -> BridgeConfig {
+    let env = format!(
+        "SERVERFS_NOTIFY_01_URL={url}\nSERVERFS_NOTIFY_01_KIND=webhook\nSERVERFS_NOTIFY_01_SECRET={SECRET}\n\
+         SERVERFS_NOTIFY_RETRY_BASE_MS=100\nSERVERFS_BOARD_PUBLIC_URL=https://phone.example\n\
+         SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true\n"
+    );
+    crate::tasks::testing::config(root, "fake", &env)
+}
+
+fn finish_task(store: &Store, id: &str) {
+    let new = NewTask {
+        task_id: id.to_owned(),
+        principal: "alice".into(),
+        runtime: "fake".into(),
+        workdir_alias: "repo".into(),
+        relative_cwd: String::new(),
+        profile: "workspace-write".into(),
+        requested_model: None,
+        created_at: 1_000,
+        deadline_at: i64::MAX / 4,
+        continue_from_task_id: None,
+        correlation_id: None,
+        idempotency_key: None,
+        request_fingerprint: None,
+        manifest_json: "{}".into(),
+        manifest_sha256: "x".into(),
+    };
+    store.insert_task(&new, 100, None, &NewEvent::new("task.submitted", serde_json::json!({}))).expect("insert");
+    let now = Clock::System.now_ms();
+    for to in [TaskStatus::Starting, TaskStatus::Running, TaskStatus::Succeeded] {
+        store.transition(id, to, TransitionFields::default(), now).expect("transition");
+    }
+}
+
+fn start(config: BridgeConfig) -> (Arc<Store>, Notifier, CancellationToken, tokio::task::JoinHandle<()>) {
+    let store = Arc::new(Store::open(&config.state_dir).expect("store"));
+    store.set_routes(routes(&config.notify));
+    let notifier = Notifier::new(Arc::clone(&store), Arc::new(config), Clock::System, Arc::new(OnceLock::new()))
+        .expect("notifier");
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(notifier.clone().run(stop.clone()));
+    (store, notifier, stop, worker)
+}
+
+async fn wait_for(got: &Got, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while got.lock().unwrap().len() < n {
+        assert!(tokio::time::Instant::now() < deadline, "only {} requests arrived", got.lock().unwrap().len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_failing_receiver_gets_the_same_signed_message_until_it_accepts_it() {
+    let (base, got) = receiver(3).await;
+    let root = tempfile::tempdir().expect("tempdir");
+    let (store, _notifier, stop, worker) = start(config(root.path(), &format!("{base}/hook")));
+    finish_task(&store, "agt_1");
+    wait_for(&got, 4).await;
+    let requests = got.lock().unwrap().clone();
+    assert!(requests.iter().all(|r| r.1 == requests[0].1 && r.4 == requests[0].4), "one id, one body: {requests:?}");
+    for (_, id, ts, signature, body) in &requests {
+        let ts: i64 = ts.parse().expect("timestamp");
+        assert_eq!(&format::sign(SECRET, id, ts, body).expect("sign"), signature);
+    }
+    let body: serde_json::Value = serde_json::from_str(&requests[0].4).expect("json");
+    assert_eq!(body["type"], "task.finished");
+    assert_eq!(body["data"]["links"]["board"], "https://phone.example/tasks/agt_1");
+    // Recorded: four attempts, delivered, and no fifth request.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let row = store.get_notification(&requests[0].1).expect("read").expect("row");
+        if row.state == "delivered" {
+            assert_eq!(row.attempts, 4);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not recorded: {row:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    worker.await.expect("worker");
+    assert_eq!(got.lock().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn rows_left_pending_by_a_stopped_worker_are_sent_by_the_next() {
+    let (base, got) = receiver(0).await;
+    let root = tempfile::tempdir().expect("tempdir");
+    let (store, _n, stop, worker) = start(config(root.path(), &format!("{base}/dead")));
+    finish_task(&store, "agt_1");
+    finish_task(&store, "agt_2");
+    wait_for(&got, 2).await;
+    stop.cancel();
+    worker.await.expect("worker");
+    let pending: Vec<String> = store
+        .recent_notifications(10)
+        .expect("rows")
+        .into_iter()
+        .filter(|r| r.state == "pending")
+        .map(|r| r.message_id)
+        .collect();
+    assert_eq!(pending.len(), 2, "both wait for a retry");
+    drop(store);
+    // The operator fixes the URL and restarts: the same messages arrive.
+    let (store, _n, stop, worker) = start(config(root.path(), &format!("{base}/hook")));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let delivered: Vec<String> =
+            got.lock().unwrap().iter().filter(|r| r.0 == "/hook").map(|r| r.1.clone()).collect();
+        if delivered.len() >= 2 {
+            let mut expected = pending.clone();
+            expected.sort();
+            let mut delivered = delivered;
+            delivered.sort();
+            assert_eq!(delivered, expected);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not resent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    worker.await.expect("worker");
+    drop(store);
+}
+
+#[tokio::test]
+async fn a_test_notification_is_tried_once_and_reported() {
+    let (base, got) = receiver(0).await;
+    let root = tempfile::tempdir().expect("tempdir");
+    let (_store, notifier, stop, worker) = start(config(root.path(), &format!("{base}/dead")));
+    let report = notifier.test(1).await.expect("test");
+    assert_eq!(report["delivered"], false);
+    assert_eq!(report["http_status"], 500);
+    assert!(notifier.test(2).await.is_err(), "an unconfigured target is refused");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(got.lock().unwrap().len(), 1, "no retry of a test");
+    stop.cancel();
+    worker.await.expect("worker");
+}
+
+#[test]
+fn the_delay_doubles_within_its_jitter_and_stops_at_an_hour() {
+    for attempt in 1..=40 {
+        let d = backoff_ms(1_000, attempt);
+        let raw = (1_000i64 << (attempt - 1).min(30)).min(3_600_000);
+        assert!(d >= raw * 8 / 10 && d <= raw * 12 / 10, "attempt {attempt}: {d} vs {raw}");
+    }
+}

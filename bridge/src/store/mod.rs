@@ -283,4 +283,6 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 }
 
 #[cfg(test)]
+mod outbox_tests;
+#[cfg(test)]
 mod tests;

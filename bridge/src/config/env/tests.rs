@@ -801,3 +801,45 @@ fn oauth_settings_are_read_and_checked() -> TestResult {
     assert!(!Refusals(refusals).to_string().contains("s3cr3t-value-xyz"));
     Ok(())
 }
+
+#[test]
+fn notification_targets_are_validated_strictly() -> TestResult {
+    let fixture = Fixture::new()?;
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let hook = |extra: &str| {
+        format!("SERVERFS_NOTIFY_01_URL=https://hooks.example/a\nSERVERFS_NOTIFY_01_KIND=webhook\n{extra}")
+    };
+    let cases = [
+        (hook(""), "SERVERFS_NOTIFY_01_SECRET", "needs a signing secret"),
+        (hook("SERVERFS_NOTIFY_01_SECRET=hunter2"), "SERVERFS_NOTIFY_01_SECRET", "whsec_"),
+        (hook(&format!("SERVERFS_NOTIFY_01_SECRET={secret}\nSERVERFS_NOTIFY_01_EVENTS=task.finished,task.done")), "SERVERFS_NOTIFY_01_EVENTS", "\"task.done\" is not an event"),
+        (hook(&format!("SERVERFS_NOTIFY_01_SECRET={secret}\nSERVERFS_NOTIFY_01_DETAILS=all")), "SERVERFS_NOTIFY_01_DETAILS", "not summary or full"),
+        ("SERVERFS_NOTIFY_02_URL=http://10.0.0.5/hook\nSERVERFS_NOTIFY_02_KIND=slack".into(), "SERVERFS_NOTIFY_02_URL", "must be https://"),
+        ("SERVERFS_NOTIFY_02_URL=https://hooks.slack.example/T/B/C\nSERVERFS_NOTIFY_02_KIND=slack\nSERVERFS_NOTIFY_02_SECRET=x".into(), "SERVERFS_NOTIFY_02_SECRET", "no secret"),
+        ("SERVERFS_NOTIFY_03_URL=https://ntfy.example/\nSERVERFS_NOTIFY_03_KIND=ntfy".into(), "SERVERFS_NOTIFY_03_URL", "names its topic"),
+        ("SERVERFS_NOTIFY_04_URL=https://x.example/h\nSERVERFS_NOTIFY_04_KIND=email".into(), "SERVERFS_NOTIFY_04_KIND", "not webhook, ntfy or slack"),
+        ("SERVERFS_NOTIFY_05_KIND=ntfy".into(), "SERVERFS_NOTIFY_05_KIND", "has no URL"),
+        ("SERVERFS_NOTIFY_09_URL=https://x.example/h".into(), "SERVERFS_NOTIFY_09_URL", "notification targets are numbered 01 to 08"),
+        ("SERVERFS_NOTIFY_RETRY_BASE_MS=50".into(), "SERVERFS_NOTIFY_RETRY_BASE_MS", "below the least delay"),
+        ("SERVERFS_BOARD_PUBLIC_URL=http://phone.example".into(), "SERVERFS_BOARD_PUBLIC_URL", "must be https://"),
+    ];
+    for (text, key, expected) in &cases {
+        let text = fixture.expand(&format!("$ALPHA\n{text}\n"));
+        assert_refused(&fixture.refusals(&text), key, expected, &text);
+    }
+    let text = fixture.expand(&format!(
+        "$ALPHA\n{}\nSERVERFS_NOTIFY_01_SECRET={secret}\nSERVERFS_NOTIFY_01_EVENTS=approval.requested, task.failed\n\
+         SERVERFS_NOTIFY_02_URL=https://ntfy.example/alerts\nSERVERFS_NOTIFY_02_KIND=NTFY\nSERVERFS_NOTIFY_02_DETAILS=full\n\
+         SERVERFS_NOTIFY_03_DETAILS=summary\nSERVERFS_BOARD_PUBLIC_URL=https://phone.example/board/\n",
+        hook("")
+    ));
+    let notify = fixture.load(&text)?.config.notify;
+    assert_eq!(notify.targets.len(), 2);
+    let events: Vec<&str> = notify.targets[0].events.iter().map(|e| e.as_str()).collect();
+    assert_eq!(events, ["approval.requested", "task.failed"]);
+    assert_eq!(notify.targets[1].events.len(), 6, "empty EVENTS means all");
+    assert_eq!(notify.targets[1].details, crate::config::notify::Details::Full);
+    assert_eq!(notify.board_public_url.as_deref(), Some("https://phone.example/board"));
+    assert!(!format!("{:?}", notify.targets[0]).contains("whsec_"), "Debug shows no secret");
+    Ok(())
+}
