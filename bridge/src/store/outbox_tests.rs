@@ -196,3 +196,37 @@ fn a_fact_is_written_once_and_a_kept_guard_once() {
     assert_eq!(written.len(), 1);
     assert_eq!(written[0].1, "workdir.recovery_required");
 }
+
+#[test]
+fn a_plan_awaiting_approval_is_reported_and_one_approved_at_creation_is_not() {
+    use super::plans::{NewPlan, NewStep};
+    let (dir, store) = open(vec![all(1, false), all(2, true)]);
+    let plan = |id: &str, approved_by: Option<&str>| NewPlan {
+        plan_id: id.into(),
+        principal: "panel".into(),
+        created_by: "panel".into(),
+        created_surface: "mcp".into(),
+        title: "Refactor the parser".into(),
+        runtime: "fake".into(),
+        workdir_alias: "repo".into(),
+        relative_cwd: String::new(),
+        profile: "workspace-write".into(),
+        created_at: 1_000,
+        approved_by: approved_by.map(str::to_owned),
+        correlation_id: None,
+        idempotency_key: None,
+        request_fingerprint: None,
+    };
+    let steps: Vec<NewStep> =
+        (1..=3).map(|i| NewStep { title: format!("step {i}"), prompt: format!("secret prompt {i}") }).collect();
+    store.insert_plan(&plan("pln_1", None), &steps).expect("insert");
+    store.insert_plan(&plan("pln_2", Some("operator@local")), &steps).expect("insert");
+    let written = rows(&dir);
+    assert_eq!(written.len(), 2, "one per target, for the plan that waits: {written:?}");
+    assert!(written.iter().all(|r| r.1 == "plan.pending_approval" && r.2.contains("pln_1")));
+    assert!(written.iter().all(|r| !r.2.contains("secret prompt")), "no step prompt is sent");
+    let full: Value = serde_json::from_str(&written[1].2).expect("json");
+    assert_eq!(full["details"]["plan_title"], "Refactor the parser");
+    assert_eq!(full["steps"], 3);
+    assert_eq!(full["links"]["board"], "/plans/pln_1");
+}
