@@ -51,15 +51,24 @@ pub async fn approval(
     Path(id): Path<String>,
     Form(f): Form<Fields>,
 ) -> Response {
-    let grants: Vec<&str> = forms::all(&f, "grant").collect();
-    let args = json!({
-        "task_id": id,
-        "request_id": forms::field(&f, "request_id").unwrap_or(""),
-        "decision": forms::field(&f, "decision").unwrap_or(""),
-        "granted_permission_ids": if grants.is_empty() { Value::Null } else { json!(grants) },
-    });
+    let args = approval_args(&f, Some(&id));
     let back = format!("/tasks/{}", urlencode(&id));
     act(&board, &headers, &f, "Answering the approval", "respond_agent_approval", args, back).await
+}
+
+/// The arguments of `respond_agent_approval` from an approval form (`task_id` from the path,
+/// or else from the form when it has one).
+pub fn approval_args(f: &Fields, task_id: Option<&str>) -> Value {
+    let grants: Vec<&str> = forms::all(f, "grant").collect();
+    let mut args = json!({
+        "request_id": forms::field(f, "request_id").unwrap_or(""),
+        "decision": forms::field(f, "decision").unwrap_or(""),
+        "granted_permission_ids": if grants.is_empty() { Value::Null } else { json!(grants) },
+    });
+    if let Some(task_id) = task_id.or_else(|| forms::field(f, "task_id")) {
+        args["task_id"] = json!(task_id);
+    }
+    args
 }
 
 /// `POST /tasks/{id}/answer`: `opt:<question>` fields are chosen options, `text:<question>`
@@ -70,9 +79,17 @@ pub async fn answer(
     Path(id): Path<String>,
     Form(f): Form<Fields>,
 ) -> Response {
+    let args = answer_args(&f, Some(&id));
+    let back = format!("/tasks/{}", urlencode(&id));
+    act(&board, &headers, &f, "Answering the question", "answer_agent_question", args, back).await
+}
+
+/// The arguments of `answer_agent_question` from a question form (`task_id` as for
+/// [`approval_args`]).
+pub fn answer_args(f: &Fields, task_id: Option<&str>) -> Value {
     let mut order: Vec<String> = Vec::new();
     let mut answers: std::collections::HashMap<String, (Vec<String>, Option<String>)> = Default::default();
-    for (k, v) in &f {
+    for (k, v) in f {
         let (question, is_text) = match (k.strip_prefix("opt:"), k.strip_prefix("text:")) {
             (Some(q), _) => (q, false),
             (_, Some(q)) => (q, true),
@@ -95,13 +112,14 @@ pub async fn answer(
             json!({ "question_id": q, "selected_option_ids": selected, "text": text })
         })
         .collect();
-    let args = json!({
-        "task_id": id,
-        "request_id": forms::field(&f, "request_id").unwrap_or(""),
+    let mut args = json!({
+        "request_id": forms::field(f, "request_id").unwrap_or(""),
         "answers": list,
     });
-    let back = format!("/tasks/{}", urlencode(&id));
-    act(&board, &headers, &f, "Answering the question", "answer_agent_question", args, back).await
+    if let Some(task_id) = task_id.or_else(|| forms::field(f, "task_id")) {
+        args["task_id"] = json!(task_id);
+    }
+    args
 }
 
 /// `POST /plans/{id}/approve`.

@@ -56,6 +56,8 @@ pub enum Nav {
     Runtimes,
     /// The audit log.
     Audit,
+    /// Notification targets and deliveries.
+    Notifications,
     /// No entry (login, errors).
     None,
 }
@@ -94,6 +96,7 @@ pub fn page(frame: &Frame<'_>, body: &str) -> String {
             (Nav::Workdirs, "/workdirs", "Workdirs"),
             (Nav::Runtimes, "/runtimes", "Runtimes"),
             (Nav::Audit, "/audit", "Audit log"),
+            (Nav::Notifications, "/notifications", "Notifications"),
         ] {
             let class = if nav == frame.nav { "active" } else { "" };
             html!(out, "<a class=\"{}\" href=\"{}\">{}", class, href, label);

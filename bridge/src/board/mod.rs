@@ -12,6 +12,11 @@
 //! the session's CSRF token. Every action works without JavaScript; a small script only
 //! reloads a page when something it shows has changed (a long poll on `/live`, which returns
 //! a change counter and nothing else).
+//!
+//! Two routes need no login: `/a/{token}`, a notification's action link (see [`links`]),
+//! shows one pending request and answers it once. With `SERVERFS_BOARD_PUBLIC_URL` set (the
+//! board behind a tunnel or a TLS proxy) its host is a `Host` of the board's too, and a POST
+//! under that host must come from its origin.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,9 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value};
@@ -35,12 +39,16 @@ use bridge_proto::methods::{CallParams, ClientInfo, Surface};
 mod actions;
 mod admin_pages;
 mod forms;
+mod guard;
 pub mod html;
+mod links;
 mod login;
+mod notify_pages;
 mod pages;
 mod plan_pages;
 
 use crate::registry::sessions::{Session, Sessions};
+use guard::PublicUrl;
 use html::{Frame, Nav};
 
 /// The session cookie's name.
@@ -57,6 +65,10 @@ struct Inner {
     sessions: Sessions,
     /// Where the board serves (the `Host` values accepted derive from it).
     place: Place,
+    /// The board as the operator reaches it from elsewhere, when configured.
+    public: Option<PublicUrl>,
+    /// The secret action-link forms' CSRF fields derive from (random per process).
+    link_secret: [u8; 32],
     shutdown: CancellationToken,
 }
 
@@ -86,7 +98,9 @@ impl Board {
     /// The board over `registry`, answering at `place`.
     pub fn new(registry: Arc<Registry>, place: Place, shutdown: CancellationToken) -> Board {
         let sessions = registry.services().auth.board_sessions().clone();
-        Board { inner: Arc::new(Inner { registry, sessions, place, shutdown }) }
+        let public = registry.services().config.notify.board_public_url.as_deref().and_then(PublicUrl::parse);
+        let link_secret = crate::ids::random_bytes::<32>();
+        Board { inner: Arc::new(Inner { registry, sessions, place, public, link_secret, shutdown }) }
     }
 
     /// Calls a capability on surface `board` as the board's operator.
@@ -129,35 +143,6 @@ impl Board {
         let pending_plans = self.inner.registry.services().plans.pending_count().await.unwrap_or(0);
         Frame { title, nav, csrf: Some(&authed.session.csrf), pending_plans, pulse: authed.pulse }
     }
-
-    /// Whether `host` names the board: its own address (with its port), or, on a Unix socket
-    /// whose forward may listen on any port, a loopback name with any port. Never another
-    /// name, so a page under an attacker's DNS name cannot reach it (no DNS rebinding).
-    fn host_allowed(&self, host: &str) -> bool {
-        let addr = match &self.inner.place {
-            Place::Tcp(addr) => addr,
-            Place::Unix(_) => return loopback_host_any_port(host),
-        };
-        let port = addr.port();
-        let mut allowed = vec![addr.to_string(), format!("localhost:{port}")];
-        if addr.is_ipv4() {
-            allowed.push(format!("127.0.0.1:{port}"));
-        } else {
-            allowed.push(format!("[::1]:{port}"));
-        }
-        allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
-    }
-}
-
-/// `localhost`, `127.0.0.1` or `[::1]`, with a port or without.
-fn loopback_host_any_port(host: &str) -> bool {
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
-            name
-        }
-        _ => host,
-    };
-    ["localhost", "127.0.0.1", "[::1]"].iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// The request's `User-Agent` (empty when absent or not text).
@@ -183,6 +168,8 @@ pub fn router(board: Board) -> Router {
         .route("/workdirs", get(admin_pages::workdirs))
         .route("/runtimes", get(admin_pages::runtimes))
         .route("/audit", get(admin_pages::audit))
+        .route("/notifications", get(notify_pages::notifications))
+        .route("/a/{token}", get(links::show).post(links::submit))
         .route("/login", get(login::form).post(login::submit))
         .route("/logout", post(login::logout))
         .route("/live", get(live))
@@ -195,7 +182,7 @@ pub fn router(board: Board) -> Router {
         .route("/workdirs/{alias}/clear-guard", post(actions::clear_guard))
         .route("/static/board.css", get(css))
         .route("/static/board.js", get(js))
-        .layer(axum::middleware::from_fn_with_state(board.clone(), guard))
+        .layer(axum::middleware::from_fn_with_state(board.clone(), guard::guard))
         .with_state(board)
 }
 
@@ -215,39 +202,6 @@ pub async fn serve<L: bridge_httpd::Listener>(listener: L, board: Board) {
         #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
     }
-}
-
-/// Every request: a `Host` of the board's own (no DNS rebinding), the board's own `Origin`
-/// on every POST, and the security headers on every answer.
-async fn guard(State(board): State<Board>, request: Request, next: Next) -> Response {
-    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("").to_owned();
-    if !board.host_allowed(&host) {
-        return (StatusCode::MISDIRECTED_REQUEST, "unknown host: open the board at its own address").into_response();
-    }
-    if request.method() == axum::http::Method::POST {
-        let origin = request.headers().get(header::ORIGIN).and_then(|h| h.to_str().ok()).unwrap_or("");
-        if !origin.eq_ignore_ascii_case(&format!("http://{host}")) {
-            return (StatusCode::FORBIDDEN, "refused: this form did not come from the board").into_response();
-        }
-    }
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self'; \
-             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "same-origin"),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    if !headers.contains_key(header::CACHE_CONTROL) {
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
-    response
 }
 
 /// Where a request without a session goes.

@@ -121,6 +121,22 @@ pub async fn index(State(board): State<Board>, headers: HeaderMap, Query(q): Que
 /// The form answering a task's pending request: the approval's decisions as buttons (and the
 /// requested permissions as checkboxes), or one field set per question.
 pub fn pending_form(task_id: &str, pending: &Value, csrf: &str) -> String {
+    let (approval, answer) = (format!("/tasks/{task_id}/approval"), format!("/tasks/{task_id}/answer"));
+    request_form(pending, csrf, FormTarget { approval: &approval, answer: &answer, task_id: None })
+}
+
+/// Where a request's form posts, and whether it names its task in a field.
+pub struct FormTarget<'a> {
+    /// The approval form's `action`.
+    pub approval: &'a str,
+    /// The question form's `action`.
+    pub answer: &'a str,
+    /// A hidden `task_id` field (the action-link page's form: its path names no task).
+    pub task_id: Option<&'a str>,
+}
+
+/// The form of [`pending_form`], posting to `target`.
+pub fn request_form(pending: &Value, csrf: &str, target: FormTarget<'_>) -> String {
     let payload = &pending["payload"];
     let request_id = text(&pending["request_id"]);
     let mut out = String::from("<div class=\"card attention\">");
@@ -162,9 +178,8 @@ pub fn pending_form(task_id: &str, pending: &Value, csrf: &str) -> String {
             }
             html!(out, "<pre class=\"full-request\">{}</pre></div>", text(&payload["full_text"]));
         }
-        html!(out, "<form method=\"post\" action=\"/tasks/{}/approval\">", task_id);
-        out.push_str(&csrf_field(csrf));
-        html!(out, "<input type=\"hidden\" name=\"request_id\" value=\"{}\">", request_id);
+        html!(out, "<form method=\"post\" action=\"{}\">", target.approval);
+        out.push_str(&hidden_fields(csrf, target.task_id, &request_id));
         for p in payload["requested_permissions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
             html!(
                 out,
@@ -187,9 +202,8 @@ pub fn pending_form(task_id: &str, pending: &Value, csrf: &str) -> String {
         out.push_str("</div></form></div>");
         return out;
     }
-    html!(out, "<h2>The agent asks a question</h2><form method=\"post\" action=\"/tasks/{}/answer\">", task_id);
-    out.push_str(&csrf_field(csrf));
-    html!(out, "<input type=\"hidden\" name=\"request_id\" value=\"{}\">", request_id);
+    html!(out, "<h2>The agent asks a question</h2><form method=\"post\" action=\"{}\">", target.answer);
+    out.push_str(&hidden_fields(csrf, target.task_id, &request_id));
     for q in payload["questions"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         let qid = text(&q["question_id"]);
         let kind = if q["multi_select"] == true { "checkbox" } else { "radio" };
@@ -210,6 +224,15 @@ pub fn pending_form(task_id: &str, pending: &Value, csrf: &str) -> String {
         out.push_str("</fieldset>");
     }
     out.push_str("<button class=\"primary\">Send the answer</button></form></div>");
+    out
+}
+
+fn hidden_fields(csrf: &str, task_id: Option<&str>, request_id: &str) -> String {
+    let mut out = csrf_field(csrf);
+    if let Some(task_id) = task_id {
+        html!(out, "<input type=\"hidden\" name=\"task_id\" value=\"{}\">", task_id);
+    }
+    html!(out, "<input type=\"hidden\" name=\"request_id\" value=\"{}\">", request_id);
     out
 }
 

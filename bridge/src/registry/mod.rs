@@ -26,6 +26,7 @@ pub mod audit;
 pub mod auth;
 mod info_tools;
 mod key_tools;
+mod links;
 mod notify_tools;
 mod plan_tools;
 pub mod policy;
@@ -36,6 +37,7 @@ mod task_tools;
 mod tests;
 
 use auth::{Auth, Peer};
+pub use links::LinkAnswer;
 use policy::{Annotations, Scope};
 
 /// The services capabilities delegate to.
@@ -183,7 +185,21 @@ impl Registry {
     /// `capabilities.call`: authenticate, authorize, validate, run, audit.
     pub async fn call(&self, params: CallParams, peer: &Peer) -> Result<Value, ToolError> {
         let started = Instant::now();
-        let services = &self.services;
+        let mut row = self.audit_row(&params);
+        // A task process's attempt is audited under its task, whatever it claims.
+        let peer_task =
+            peer.in_task.as_ref().and_then(|o| o.task_id.clone()).filter(|id| crate::ids::looks_like(id, "agt_"));
+        if peer_task.is_some() {
+            row.task_id = peer_task.clone();
+        }
+        let resolved =
+            self.services.auth.resolve(params.credential.as_deref(), params.surface, params.path, peer).await;
+        let outcome = self.call_inner(params, resolved, &mut row).await;
+        self.finish(row, outcome, peer_task, started)
+    }
+
+    /// The audit row of a call before anything is decided (outcome `denied`).
+    fn audit_row(&self, params: &CallParams) -> AuditRow {
         // The client's self-reported name and version, in the safe shape the audit writer gives it.
         let client_name = params.client.as_ref().map(|c| match &c.version {
             Some(v) => format!("{}/{}", c.name, v),
@@ -192,9 +208,9 @@ impl Registry {
         // Caller-supplied strings reach the audit log only in a harmless shape.
         let capability_name: String =
             params.name.chars().filter(|c| c.is_ascii_alphanumeric() || "_-.".contains(*c)).take(64).collect();
-        let mut row = AuditRow {
+        AuditRow {
             audit_id: 0,
-            at: services.clock.now_ms(),
+            at: self.services.clock.now_ms(),
             surface: params.surface.as_str().to_owned(),
             principal: None,
             role: None,
@@ -217,14 +233,18 @@ impl Registry {
                 .map(str::to_owned),
             client_name,
             count: 1,
-        };
-        // A task process's attempt is audited under its task, whatever it claims.
-        let peer_task =
-            peer.in_task.as_ref().and_then(|o| o.task_id.clone()).filter(|id| crate::ids::looks_like(id, "agt_"));
-        if peer_task.is_some() {
-            row.task_id = peer_task.clone();
         }
-        let outcome = self.call_inner(params, peer, &mut row).await;
+    }
+
+    /// Completes a call's audit row from its outcome, records it, and returns the answer.
+    /// `peer_task` is the task of a refused task process (the only task a flood row names).
+    fn finish(
+        &self,
+        mut row: AuditRow,
+        outcome: Result<(Value, Option<String>), (ToolError, Option<String>)>,
+        peer_task: Option<String>,
+        started: Instant,
+    ) -> Result<Value, ToolError> {
         // A row of a call that failed authentication is coalesced by its source (see
         // `audit`): only what the bridge decided may name it, so a name no capability has
         // becomes `*`, and the task is the refused task process's own, never an argument.
@@ -256,7 +276,7 @@ impl Registry {
                 key_id.clone()
             }
         };
-        services.audit.record(row, key_id);
+        self.services.audit.record(row, key_id);
         outcome.map(|(v, _)| v).map_err(|(e, _)| e)
     }
 
@@ -287,14 +307,14 @@ impl Registry {
         outcome
     }
 
+    /// Authorizes (the capability must be visible to the resolved caller on its surface),
+    /// validates and runs one call, filling in `row` as it goes.
     async fn call_inner(
         &self,
         params: CallParams,
-        peer: &Peer,
+        resolved: Result<Principal, auth::AuthFailure>,
         row: &mut AuditRow,
     ) -> Result<(Value, Option<String>), (ToolError, Option<String>)> {
-        let resolved =
-            self.services.auth.resolve(params.credential.as_deref(), params.surface, params.path, peer).await;
         let principal = resolved.map_err(|failure| {
             // The audit row keeps an OAuth refusal's reason and, for a valid token with no
             // role, whose it was.
