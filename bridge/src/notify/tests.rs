@@ -16,7 +16,7 @@ use crate::config::BridgeConfig;
 use crate::model::TaskStatus;
 use crate::store::Store;
 use crate::store::events::NewEvent;
-use crate::store::tasks::{NewTask, TransitionFields};
+use crate::store::tasks::TransitionFields;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -70,23 +70,7 @@ fn config(root: &std::path::Path, url: &str) -> BridgeConfig {
 }
 
 fn finish_task(store: &Store, id: &str) {
-    let new = NewTask {
-        task_id: id.to_owned(),
-        principal: "alice".into(),
-        runtime: "fake".into(),
-        workdir_alias: "repo".into(),
-        relative_cwd: String::new(),
-        profile: "workspace-write".into(),
-        requested_model: None,
-        created_at: 1_000,
-        deadline_at: i64::MAX / 4,
-        continue_from_task_id: None,
-        correlation_id: None,
-        idempotency_key: None,
-        request_fingerprint: None,
-        manifest_json: "{}".into(),
-        manifest_sha256: "x".into(),
-    };
+    let new = crate::store::tests::new_task(id, None);
     store.insert_task(&new, 100, None, &NewEvent::new("task.submitted", serde_json::json!({}))).expect("insert");
     let now = Clock::System.now_ms();
     for to in [TaskStatus::Starting, TaskStatus::Running, TaskStatus::Succeeded] {

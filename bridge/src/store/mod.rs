@@ -285,4 +285,4 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 #[cfg(test)]
 mod outbox_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::interactions::NewInteraction;
 use super::outbox::{Attempt, Route, Routes, token_digest};
-use super::tasks::{NewTask, TransitionFields};
+use super::tasks::TransitionFields;
 use super::{DB_FILE, Store, StoreError};
 use crate::config::notify::NotifyEvent;
 use crate::model::{InteractionKind, TaskStatus};
@@ -25,23 +25,7 @@ fn all(slot: u8, full: bool) -> Route {
 }
 
 fn task(store: &Store, id: &str) {
-    let new = NewTask {
-        task_id: id.to_owned(),
-        principal: "alice".into(),
-        runtime: "fake".into(),
-        workdir_alias: "repo".into(),
-        relative_cwd: String::new(),
-        profile: "workspace-write".into(),
-        requested_model: None,
-        created_at: 1_000,
-        deadline_at: 10_000_000,
-        continue_from_task_id: None,
-        correlation_id: None,
-        idempotency_key: None,
-        request_fingerprint: None,
-        manifest_json: "{}".into(),
-        manifest_sha256: "x".into(),
-    };
+    let new = super::tests::new_task(id, None);
     store.insert_task(&new, 100, None, &NewEvent::new("task.submitted", serde_json::json!({}))).expect("insert");
     for to in [TaskStatus::Starting, TaskStatus::Running] {
         store.transition(id, to, TransitionFields::default(), 1_000).expect("start");

@@ -11,7 +11,8 @@ use super::tasks::{Inserted, NewGuard, NewTask, TransitionFields};
 use super::{DB_FILE, Store, StoreError, schema};
 use crate::model::{AuditOutcome, InteractionKind, InteractionStatus, TaskStatus};
 
-fn new_task(id: &str, key: Option<&str>) -> NewTask {
+/// A task row of `alice`'s in `repo` (created at 1 000, deadline 10 000), for store tests.
+pub(crate) fn new_task(id: &str, key: Option<&str>) -> NewTask {
     NewTask {
         task_id: id.to_owned(),
         principal: "alice".into(),
