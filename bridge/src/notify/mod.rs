@@ -3,13 +3,14 @@
 //!
 //! The rows are written by the store in the transaction of the state change they report (see
 //! [`crate::store::outbox`]); this module only reads them, sends them and records each attempt.
-//! At most [`IN_FLIGHT`] requests are in flight, each bounded by [`CONNECT_TIMEOUT`] and
+//! At most [`IN_FLIGHT`] requests are in flight, [`PER_TARGET`] per target (so a target that
+//! hangs delays only its own rows), each bounded by [`CONNECT_TIMEOUT`] and
 //! [`ATTEMPT_TIMEOUT`]; a failed attempt is retried after a doubling delay with jitter until 24 h
 //! after the row was written; a task's rows to one target go out in order. Nothing here ever
 //! waits on a task or fails one: a send runs in its own tracked task, and its only effect is an
 //! attempt row.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -28,7 +29,9 @@ use crate::store::{Store, StoreError};
 pub mod format;
 
 /// Requests in flight at once.
-pub const IN_FLIGHT: usize = 4;
+pub const IN_FLIGHT: usize = 8;
+/// Requests in flight at once to one target.
+pub const PER_TARGET: usize = 2;
 /// The connect time-out of one attempt.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The whole time of one attempt.
@@ -68,8 +71,8 @@ struct Inner {
     http: reqwest::Client,
     /// The board's bound address (links point at it without a public URL).
     board_addr: Arc<OnceLock<SocketAddr>>,
-    /// Rows being sent now.
-    busy: Mutex<HashSet<i64>>,
+    /// Rows being sent now, with their target.
+    busy: Mutex<HashMap<i64, u8>>,
     /// Pulsed after every recorded attempt.
     attempts: tokio::sync::watch::Sender<u64>,
     tracker: TaskTracker,
@@ -90,7 +93,7 @@ impl Notifier {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(ATTEMPT_TIMEOUT)
-            .pool_max_idle_per_host(IN_FLIGHT)
+            .pool_max_idle_per_host(PER_TARGET)
             .user_agent(concat!("agent-bridge/", env!("CARGO_PKG_VERSION")));
         if loopback_only {
             builder = builder.no_proxy();
@@ -104,7 +107,7 @@ impl Notifier {
                 clock,
                 http,
                 board_addr,
-                busy: Mutex::new(HashSet::new()),
+                busy: Mutex::new(HashMap::new()),
                 attempts,
                 tracker: TaskTracker::new(),
             }),
@@ -144,7 +147,7 @@ impl Notifier {
             }
             let signal = self.inner.store.outbox_signal().notified();
             let mut done = self.inner.attempts.subscribe();
-            self.dispatch(now).await;
+            self.dispatch(now, &shutdown).await;
             let store = Arc::clone(&self.inner.store);
             let next = match store.call(|s| s.next_notification_due()).await {
                 Ok(next) => next,
@@ -194,42 +197,65 @@ impl Notifier {
         }
     }
 
-    /// Starts a send for every due row there is room for.
-    async fn dispatch(&self, now: i64) {
-        let busy: Vec<i64> = self.inner.busy.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
+    /// Starts a send for every due row there is room for: [`IN_FLIGHT`] in all, [`PER_TARGET`]
+    /// per target.
+    async fn dispatch(&self, now: i64, shutdown: &CancellationToken) {
+        let (busy, full) = {
+            let busy = self.inner.busy.lock().unwrap_or_else(|p| p.into_inner());
+            let mut per_target: HashMap<u8, usize> = HashMap::new();
+            for target in busy.values() {
+                *per_target.entry(*target).or_default() += 1;
+            }
+            let full: Vec<u8> = per_target.into_iter().filter(|(_, n)| *n >= PER_TARGET).map(|(t, _)| t).collect();
+            (busy.keys().copied().collect::<Vec<i64>>(), full)
+        };
         let room = IN_FLIGHT.saturating_sub(busy.len());
         if room == 0 {
             return;
         }
         let store = Arc::clone(&self.inner.store);
-        let rows = match store.call(move |s| s.due_notifications(now, room as u32, &busy)).await {
+        // Fetched with some slack: rows of a target whose last slot this round takes are skipped.
+        let rows = match store.call(move |s| s.due_notifications(now, (room * PER_TARGET) as u32, &busy, &full)).await {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(cause = %e, "cannot read the notification outbox");
                 return;
             }
         };
+        let mut started = 0;
         for row in rows {
-            self.inner.busy.lock().unwrap_or_else(|p| p.into_inner()).insert(row.outbox_id);
-            let this = self.clone();
+            {
+                let mut busy = self.inner.busy.lock().unwrap_or_else(|p| p.into_inner());
+                let of_target = busy.values().filter(|t| **t == row.target).count();
+                if started == room || of_target >= PER_TARGET {
+                    continue;
+                }
+                busy.insert(row.outbox_id, row.target);
+            }
+            started += 1;
+            let (this, stop) = (self.clone(), shutdown.clone());
             self.inner.tracker.spawn(async move {
                 let id = row.outbox_id;
-                this.send(row).await;
+                this.send(row, &stop).await;
                 this.inner.busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 this.inner.attempts.send_modify(|n| *n += 1);
             });
         }
     }
 
-    /// One attempt of one row, recorded.
-    async fn send(&self, row: OutboxRow) {
+    /// One attempt of one row, recorded; an attempt cut short by the shutdown is not (the row
+    /// stays pending and the next start sends it).
+    async fn send(&self, row: OutboxRow, shutdown: &CancellationToken) {
         let started_ms = self.inner.clock.now_ms();
         let started = Instant::now();
         let (status, error) = match self.target(row.target) {
             None => (None, Some("the target is no longer configured".to_owned())),
             Some(target) => match format::render(&row, target, &self.link_base(), started_ms / 1000) {
                 Err(e) => (None, Some(e)),
-                Ok(request) => self.post(request).await,
+                Ok(request) => tokio::select! {
+                    sent = self.post(request) => sent,
+                    _ = shutdown.cancelled() => return,
+                },
             },
         };
         let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);

@@ -192,3 +192,39 @@ fn the_delay_doubles_within_its_jitter_and_stops_at_an_hour() {
         assert!(d >= raw * 8 / 10 && d <= raw * 12 / 10, "attempt {attempt}: {d} vs {raw}");
     }
 }
+
+#[tokio::test]
+async fn a_target_that_hangs_delays_only_its_own_rows() {
+    let (base, got) = receiver(0).await;
+    // A listener that accepts and never answers.
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let hang_addr = hang.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = hang.accept().await {
+            open.push(conn);
+        }
+    });
+    let root = tempfile::tempdir().expect("tempdir");
+    let env = format!(
+        "SERVERFS_NOTIFY_01_URL=http://{hang_addr}/hook\nSERVERFS_NOTIFY_01_KIND=webhook\nSERVERFS_NOTIFY_01_SECRET={SECRET}\n\
+         SERVERFS_NOTIFY_02_URL={base}/hook\nSERVERFS_NOTIFY_02_KIND=webhook\nSERVERFS_NOTIFY_02_SECRET={SECRET}\n\
+         SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true\n"
+    );
+    let (store, _n, stop, worker) = start(crate::tasks::testing::config(root.path(), "fake", &env));
+    for i in 0..12 {
+        finish_task(&store, &format!("agt_{i}"));
+    }
+    // Twelve rows per target; the hanging one holds at most its own two slots.
+    let started = tokio::time::Instant::now();
+    wait_for(&got, 12).await;
+    assert!(started.elapsed() < Duration::from_secs(8), "the healthy target waited for the hanging one");
+    let stopping = tokio::time::Instant::now();
+    stop.cancel();
+    worker.await.expect("worker");
+    assert!(stopping.elapsed() < Duration::from_secs(5), "a hanging send does not hold the shutdown");
+    let pending =
+        store.recent_notifications(50).expect("rows").iter().filter(|r| r.target == 1 && r.state == "pending").count();
+    assert_eq!(pending, 12, "the hanging target's rows wait, none lost");
+    held.abort();
+}

@@ -475,24 +475,30 @@ impl Store {
     }
 
     /// Up to `limit` pending rows due at `now` that are the oldest pending row of their target
-    /// and order key (so a task's notifications go out in order), skipping `busy` rows.
-    pub fn due_notifications(&self, now: i64, limit: u32, busy: &[i64]) -> Result<Vec<OutboxRow>, StoreError> {
+    /// and order key (so a task's notifications go out in order), earliest first, leaving out
+    /// the `busy` rows and the rows of the `skip` targets (those with no room in flight).
+    pub fn due_notifications(
+        &self,
+        now: i64,
+        limit: u32,
+        busy: &[i64],
+        skip: &[u8],
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        // Integers only, so the lists can be written into the statement.
+        let list = |items: Vec<String>| items.join(",");
+        let busy = list(busy.iter().map(i64::to_string).collect());
+        let skip = list(skip.iter().map(u8::to_string).collect());
         self.read(|c| {
             let mut stmt = c.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM notify_outbox o WHERE o.state = 'pending' AND o.next_attempt_at <= ?1 \
+                "SELECT {COLUMNS} FROM notify_outbox o INDEXED BY notify_due \
+                 WHERE o.state = 'pending' AND o.next_attempt_at <= ?1 \
+                 AND o.outbox_id NOT IN ({busy}) AND o.target NOT IN ({skip}) \
                  AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.state = 'pending' AND p.target = o.target \
                  AND p.order_key = o.order_key AND p.outbox_id < o.outbox_id) \
                  ORDER BY o.next_attempt_at, o.outbox_id LIMIT ?2"
             ))?;
-            let rows = stmt.query_map(params![now, limit + busy.len() as u32], row_from)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let row = row?;
-                if !busy.contains(&row.outbox_id) && out.len() < limit as usize {
-                    out.push(row);
-                }
-            }
-            Ok(out)
+            let rows = stmt.query_map(params![now, limit], row_from)?;
+            Ok(rows.collect::<Result<_, _>>()?)
         })
     }
 
@@ -500,11 +506,13 @@ impl Store {
     pub fn next_notification_due(&self) -> Result<Option<i64>, StoreError> {
         self.read(|c| {
             Ok(c.prepare_cached(
-                "SELECT MIN(o.next_attempt_at) FROM notify_outbox o WHERE o.state = 'pending' \
+                "SELECT o.next_attempt_at FROM notify_outbox o INDEXED BY notify_due WHERE o.state = 'pending' \
                  AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.state = 'pending' AND p.target = o.target \
-                 AND p.order_key = o.order_key AND p.outbox_id < o.outbox_id)",
+                 AND p.order_key = o.order_key AND p.outbox_id < o.outbox_id) \
+                 ORDER BY o.next_attempt_at, o.outbox_id LIMIT 1",
             )?
-            .query_row([], |r| r.get(0))?)
+            .query_row([], |r| r.get(0))
+            .optional()?)
         })
     }
 

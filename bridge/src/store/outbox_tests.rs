@@ -123,14 +123,14 @@ fn a_tasks_rows_go_out_in_order_and_are_retried_by_their_stored_deadline() {
     store.open_interaction("agt_1", &approval("req_1"), 2_000).expect("open");
     store.transition("agt_1", TaskStatus::Cancelled, TransitionFields::default(), 2_100).expect("cancel");
     store.transition("agt_2", TaskStatus::Succeeded, TransitionFields::default(), 2_200).expect("succeed");
-    let due = store.due_notifications(10_000, 10, &[]).expect("due");
+    let due = store.due_notifications(10_000, 10, &[], &[]).expect("due");
     let heads: Vec<(&str, &str)> =
         due.iter().map(|r| (r.task_id.as_deref().unwrap_or(""), r.event_type.as_str())).collect();
     assert_eq!(heads, [("agt_1", "approval.requested"), ("agt_2", "task.finished")], "one head per task");
     let first = due[0].clone();
     assert!(
         store
-            .due_notifications(10_000, 10, &[first.outbox_id])
+            .due_notifications(10_000, 10, &[first.outbox_id], &[])
             .expect("due")
             .iter()
             .all(|r| r.outbox_id != first.outbox_id)
@@ -138,16 +138,16 @@ fn a_tasks_rows_go_out_in_order_and_are_retried_by_their_stored_deadline() {
     // A failure with a retry time: still the head, due again only then.
     let failed = Attempt { at: 10_000, http_status: Some(500), latency_ms: 3, error: Some("HTTP 500".into()) };
     store.record_attempt(first.outbox_id, &failed, Some(20_000)).expect("record");
-    assert_eq!(store.due_notifications(15_000, 10, &[]).expect("due").len(), 1, "agt_1 waits for its head");
+    assert_eq!(store.due_notifications(15_000, 10, &[], &[]).expect("due").len(), 1, "agt_1 waits for its head");
     assert_eq!(store.next_notification_due().expect("next"), Some(2_200));
-    let again = store.due_notifications(20_000, 10, &[]).expect("due");
+    let again = store.due_notifications(20_000, 10, &[], &[]).expect("due");
     let retried = again.iter().find(|r| r.outbox_id == first.outbox_id).expect("due again");
     assert_eq!((retried.message_id.as_str(), retried.attempts), (first.message_id.as_str(), 1));
     let ok = Attempt { at: 20_000, http_status: Some(200), latency_ms: 2, error: None };
     store.record_attempt(first.outbox_id, &ok, None).expect("record");
     let delivered = store.get_notification(&first.message_id).expect("read").expect("row");
     assert_eq!((delivered.state.as_str(), delivered.attempts, delivered.action_url), ("delivered", 2, None));
-    let next = store.due_notifications(20_000, 10, &[]).expect("due");
+    let next = store.due_notifications(20_000, 10, &[], &[]).expect("due");
     assert!(next.iter().any(|r| r.task_id.as_deref() == Some("agt_1") && r.event_type == "task.finished"));
     // Given up: no retry time.
     let last = next.iter().find(|r| r.task_id.as_deref() == Some("agt_2")).expect("row").clone();

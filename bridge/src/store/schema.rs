@@ -227,6 +227,7 @@ CREATE TABLE notify_outbox (
     delivered_at     INTEGER
 );
 CREATE INDEX notify_pending ON notify_outbox(target, order_key, outbox_id) WHERE state = 'pending';
+CREATE INDEX notify_due ON notify_outbox(next_attempt_at, outbox_id) WHERE state = 'pending';
 CREATE INDEX notify_by_created ON notify_outbox(created_at);
 CREATE TABLE notify_attempts (
     outbox_id   INTEGER NOT NULL REFERENCES notify_outbox(outbox_id) ON DELETE CASCADE,
