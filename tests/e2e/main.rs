@@ -6,6 +6,7 @@
     reason = "end-to-end tests start processes, write fixtures and read files: the daemons' rules do not apply to them"
 )]
 
+mod action_links;
 mod audit_flood;
 mod board;
 mod claude;
@@ -22,6 +23,7 @@ mod http_bounds;
 mod idempotency;
 mod idle;
 mod lifecycle;
+mod notify;
 mod oauth;
 mod orphans;
 mod plans;

@@ -24,6 +24,7 @@ pub mod idp;
 pub mod model;
 pub mod procs;
 pub mod real;
+pub mod receiver;
 pub mod store;
 
 pub use bridge::{Options, TestBridge, base_env};
