@@ -288,6 +288,19 @@ async fn behind_a_public_url_the_link_starts_with_it_and_its_origin_may_post() {
     let done = post(&addr, "phone.example", "https://phone.example", &link, &form);
     assert_eq!(done.status, 200, "{}", done.body);
     b.wait_status(&task, "succeeded").await;
+
+    // A login through the public (https) host gets a cookie the browser sends over TLS only; one
+    // on the loopback board (plain HTTP) does not.
+    let (token, _) = board_token(&b);
+    let headers = [("Host", "phone.example"), ("Origin", "https://phone.example"), ("Content-Type", FORM)];
+    let r = http(&addr, "POST", "/login", &headers, &format!("token={token}"));
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.header("set-cookie").is_some_and(|c| c.contains("; Secure")), "{:?}", r.header("set-cookie"));
+    let (token, _) = board_token(&b);
+    let origin = format!("http://{addr}");
+    let r = http(&addr, "POST", "/login", &[("Origin", &origin), ("Content-Type", FORM)], &format!("token={token}"));
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.header("set-cookie").is_some_and(|c| !c.contains("Secure")), "{:?}", r.header("set-cookie"));
 }
 
 #[tokio::test]

@@ -47,11 +47,25 @@ pub async fn submit(State(board): State<Board>, headers: HeaderMap, Form(fields)
     };
     tracing::info!("board login");
     let mut response = Redirect::to("/").into_response();
-    let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}", SESSION_MS / 1000);
+    let cookie = format!(
+        "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{}; Max-Age={}",
+        secure(&board, &headers),
+        SESSION_MS / 1000
+    );
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// `; Secure` when the request came through an `https://` public URL's host (the browser then
+/// sends the cookie over TLS only); nothing on the loopback board, which is plain HTTP.
+fn secure(board: &Board, headers: &HeaderMap) -> &'static str {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    match &board.inner.public {
+        Some(p) if p.origin.starts_with("https://") && p.host.eq_ignore_ascii_case(host) => "; Secure",
+        _ => "",
+    }
 }
 
 /// `POST /logout`.
@@ -62,7 +76,7 @@ pub async fn logout(State(board): State<Board>, headers: HeaderMap, Form(fields)
     };
     board.inner.sessions.close(&authed.id);
     let mut response = Redirect::to("/login").into_response();
-    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict{}; Max-Age=0", secure(&board, &headers));
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
