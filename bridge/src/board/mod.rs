@@ -13,7 +13,7 @@
 //! reloads a page when something it shows has changed (a long poll on `/live`, which returns
 //! a change counter and nothing else).
 //!
-//! Two routes need no login: `/a/{token}`, a notification's action link (see [`links`]),
+//! Two routes need no login: `/a/{token}`, a notification's action link (see `board/links.rs`),
 //! shows one pending request and answers it once. With `SERVERFS_BOARD_PUBLIC_URL` set (the
 //! board behind a tunnel or a TLS proxy) its host is a `Host` of the board's too, and a POST
 //! under that host must come from its origin.
