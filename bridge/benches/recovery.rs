@@ -45,6 +45,7 @@ fn new_task(id: &str, alias: &str, created_at: i64) -> NewTask {
         request_fingerprint: Some("bench".into()),
         manifest_json: "{}".into(),
         manifest_sha256: "bench".into(),
+        title: None,
     }
 }
 

@@ -49,6 +49,13 @@ fn system_now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
+/// Parses an RFC 3339 instant (`2026-12-04T10:00:00Z`, with or without fractions or an
+/// offset's `Z`) to Unix milliseconds; `None` for anything else or before 1970.
+pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    let t = humantime::parse_rfc3339_weak(text.trim()).ok()?;
+    i64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()
+}
+
 /// Formats Unix milliseconds as RFC 3339 UTC with milliseconds (`2026-12-02T10:56:20.123Z`).
 pub fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);

@@ -59,6 +59,8 @@ pub mod code {
     pub const AGENT_RESULT_TOO_LARGE: &str = "AGENT_RESULT_TOO_LARGE";
     /// The result is inline (read it from the task) or its spool file is gone.
     pub const AGENT_RESULT_NOT_RETRIEVABLE: &str = "AGENT_RESULT_NOT_RETRIEVABLE";
+    /// The task has no change set to read (not yet, or it could not be taken: the reason says).
+    pub const AGENT_DIFF_NOT_AVAILABLE: &str = "AGENT_DIFF_NOT_AVAILABLE";
     /// The spool file could not be written or read safely.
     pub const AGENT_RESULT_STORAGE_ERROR: &str = "AGENT_RESULT_STORAGE_ERROR";
     /// The offset is past the end or inside a character.
@@ -163,6 +165,7 @@ pub mod code {
         AGENT_PROVIDER_INACTIVE,
         AGENT_RESULT_TOO_LARGE,
         AGENT_RESULT_NOT_RETRIEVABLE,
+        AGENT_DIFF_NOT_AVAILABLE,
         AGENT_RESULT_STORAGE_ERROR,
         INVALID_RESULT_OFFSET,
         INVALID_RESULT_LIMIT,
@@ -292,6 +295,7 @@ impl ErrorKind {
             | AGENT_SESSION_NOT_RESUMABLE
             | AGENT_IDEMPOTENCY_CONFLICT
             | AGENT_RESULT_NOT_RETRIEVABLE
+            | AGENT_DIFF_NOT_AVAILABLE
             | REQUEST_ALREADY_RESOLVED
             | REQUEST_STALE
             | KEY_NAME_TAKEN

@@ -330,6 +330,27 @@ impl Principal {
     }
 }
 
+/// Token usage and cost as a runtime reports them for one task (all turns of this task, none
+/// of an earlier task whose session it continues). Figures are the runtime's own: Codex counts
+/// cached input inside `input_tokens`, Claude Code counts it apart.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    /// Input (prompt) tokens.
+    pub input_tokens: u64,
+    /// Input tokens read from the provider's prompt cache.
+    pub cached_input_tokens: u64,
+    /// Input tokens written to the prompt cache, where the runtime says.
+    pub cache_write_input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Reasoning (thinking) output tokens, where the runtime says.
+    pub reasoning_tokens: Option<u64>,
+    /// Cost in US dollars, where the runtime computes it (Claude Code).
+    pub cost_usd: Option<f64>,
+    /// The model that actually answered, where the runtime says.
+    pub model: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

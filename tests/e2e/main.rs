@@ -6,6 +6,7 @@
     reason = "end-to-end tests start processes, write fixtures and read files: the daemons' rules do not apply to them"
 )]
 
+mod accounting;
 mod action_links;
 mod audit_flood;
 mod board;

@@ -24,6 +24,12 @@ pub enum TasksCommand {
         /// Only this owner.
         #[arg(long)]
         owner: Option<String>,
+        /// Only tasks created at or after this RFC 3339 instant (also bounds the totals).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only tasks created before this RFC 3339 instant.
+        #[arg(long)]
+        until: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -54,6 +60,14 @@ pub enum TasksCommand {
     Result {
         /// The task id.
         id: String,
+    },
+    /// Print what a finished task changed, as a unified diff (`git apply` takes it).
+    Diff {
+        /// The task id.
+        id: String,
+        /// Only this file (relative to the workdir).
+        #[arg(long)]
+        path: Option<String>,
     },
     /// Submit a task as the local operator.
     Submit {
@@ -121,15 +135,14 @@ pub enum TasksCommand {
 
 pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Result<(), Failure> {
     match command {
-        TasksCommand::List { status, workdir, runtime, owner, limit } => {
-            let v = call(
-                client,
-                "admin_list_tasks",
-                json!({ "status": status, "workdir": workdir, "runtime": runtime, "owner": owner, "limit": limit }),
-            )
-            .await?;
+        TasksCommand::List { status, workdir, runtime, owner, since, until, limit } => {
+            let args = json!({
+                "status": status, "workdir": workdir, "runtime": runtime, "owner": owner,
+                "since": since, "until": until, "limit": limit,
+            });
+            let v = call(client, "admin_list_tasks", args).await?;
             show(json_mode, &v, |v| {
-                listing(
+                let mut out = listing(
                     &v["tasks"],
                     &[
                         ("TASK", "/task_id"),
@@ -138,10 +151,41 @@ pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: boo
                         ("WORKDIR", "/workdir"),
                         ("OWNER", "/owner"),
                         ("CREATED", "/created_at"),
+                        ("MS", "/duration_ms"),
+                        ("TOKENS", "/usage/total_tokens"),
+                        ("USD", "/usage/cost_usd"),
+                        ("TITLE", "/title"),
                         ("ERROR", "/error_code"),
                     ],
-                )
+                );
+                let t = &v["totals"]["overall"];
+                out.push_str(&format!(
+                    "\ntotal: {} tasks, {} input ({} cached) and {} output tokens, ${}, {} ms running, {} ms waiting for a human",
+                    s(&t["tasks"]),
+                    s(&t["input_tokens"]),
+                    s(&t["cached_input_tokens"]),
+                    s(&t["output_tokens"]),
+                    s(&t["cost_usd"]),
+                    s(&t["wall_ms"]),
+                    s(&t["human_wait_ms"])
+                ));
+                out
             });
+        }
+        TasksCommand::Diff { id, path } => {
+            let mut text = String::new();
+            let mut offset = 0u64;
+            loop {
+                let args = json!({ "task_id": id, "path": path, "offset_bytes": offset });
+                let chunk = call(client, "read_agent_task_diff", args).await?;
+                text.push_str(chunk["text"].as_str().unwrap_or_default());
+                offset = chunk["next_offset_bytes"].as_u64().unwrap_or(offset);
+                if chunk["eof"].as_bool() != Some(false) {
+                    break;
+                }
+            }
+            let v = json!({ "task_id": id, "path": path, "text": text });
+            show(json_mode, &v, |v| s(&v["text"]));
         }
         TasksCommand::Show { id, wait, full_request } => {
             let args = json!({ "task_id": id, "wait_seconds": wait, "full_request": full_request });
@@ -322,6 +366,42 @@ fn describe_task(v: &Value) -> String {
                 None => lines.push("          clipped for display: see it whole with --full-request".to_owned()),
             }
         }
+    }
+    if let Some(u) = v["usage"].as_object() {
+        lines.push(format!(
+            "usage     {} input ({} cached), {} output tokens, cost ${} ({})",
+            s(&u["input_tokens"]),
+            s(&u["cached_input_tokens"]),
+            s(&u["output_tokens"]),
+            s(&u["cost_usd"]),
+            s(&u["model"])
+        ));
+    }
+    lines.push(format!(
+        "time      {} ms, of which {} ms waiting for a human",
+        s(&v["timing"]["wall_ms"]),
+        s(&v["timing"]["human_wait_ms"])
+    ));
+    let changes = &v["changes"];
+    if changes["status"] == "recorded" {
+        lines.push(format!(
+            "changes   {} files, +{} -{}{}",
+            s(&changes["files_changed"]),
+            s(&changes["added"]),
+            s(&changes["removed"]),
+            if changes["truncated"] == true { " (diff truncated)" } else { "" }
+        ));
+        for f in changes["files"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            lines.push(format!(
+                "          {:<8} +{} -{}  {}",
+                s(&f["status"]),
+                s(&f["added"]),
+                s(&f["removed"]),
+                s(&f["path"])
+            ));
+        }
+    } else if !changes.is_null() {
+        lines.push(format!("changes   not recorded: {}", s(&changes["reason"])));
     }
     if !v["final_response"].is_null() {
         lines.push(format!("result    {}", s(&v["final_response"])));

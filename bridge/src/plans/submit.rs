@@ -261,12 +261,18 @@ impl PlanService {
     }
 
     async fn view(&self, row: PlanRow, replayed: bool) -> Result<Value, ToolError> {
-        let id = row.plan_id.clone();
-        let steps = self.inner.store.call(move |s| s.get_plan_with_steps(&id)).await?.map(|(_, s)| s);
+        let (id, now) = (row.plan_id.clone(), self.inner.clock.now_ms());
+        let (steps, usage) = self
+            .inner
+            .store
+            .call(move |s| Ok((s.get_plan_with_steps(&id)?.map(|(_, s)| s), s.plan_usage(&id, now)?)))
+            .await?;
         let config = self.inner.tasks.config();
         let board = config.board_socket.is_none().then_some(config.board_addr);
         let mut view = plan_view(&row, &steps.unwrap_or_default(), board);
         view["idempotent_replay"] = json!(replayed);
+        // The sum over the steps that ran: tokens, cost, wall and human-wait time.
+        view["usage"] = crate::tasks::accounting::totals_json(&usage);
         Ok(view)
     }
 }

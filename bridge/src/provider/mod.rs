@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::{BridgeConfig, RuntimeName};
+pub use crate::model::Usage;
 use crate::model::Profile;
 
 pub mod cgroup;
@@ -67,9 +68,12 @@ pub enum ProviderEvent {
         /// The provider's id for the request.
         native_id: String,
     },
+    /// Token usage for this task so far, cumulative: each report replaces the previous one.
+    Usage(Usage),
     /// The turn ended.
     Finished(TurnOutcome),
 }
+
 
 /// How a turn ended, as the provider tells it.
 #[derive(Debug, Clone, PartialEq)]

@@ -47,10 +47,27 @@ struct ListTasksArgs {
     /// Page cursor: tasks created before this one.
     #[schemars(length(max = 64))]
     before_task_id: Option<String>,
+    /// Only tasks created at or after this instant (RFC 3339, e.g. `2026-12-01T00:00:00Z`);
+    /// also bounds the totals.
+    #[schemars(length(max = 40))]
+    since: Option<String>,
+    /// Only tasks created before this instant (RFC 3339); also bounds the totals.
+    #[schemars(length(max = 40))]
+    until: Option<String>,
     /// At most this many tasks.
     #[serde(default = "default_list_limit")]
     #[schemars(range(min = 1, max = 200))]
     limit: u32,
+}
+
+/// An optional RFC 3339 argument as Unix ms, or an error naming it.
+fn instant(param: &str, value: Option<&str>) -> Result<Option<i64>, ToolError> {
+    value
+        .map(|v| {
+            crate::clock::parse_rfc3339_ms(v)
+                .ok_or_else(|| ToolError::invalid(param, "must be an RFC 3339 instant such as 2026-12-01T00:00:00Z"))
+        })
+        .transpose()
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -117,7 +134,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "admin_list_tasks",
                 Scope::Read,
                 Role::Admin,
-                "Lists every principal's tasks, newest first, with filters and a page cursor.",
+                "Lists every principal's tasks, newest first, with filters and a page cursor, each with its title, duration, usage and change outline, and usage totals over the whole filter per principal and per workdir.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: ListTasksArgs| async move {
@@ -127,6 +144,8 @@ pub(super) fn all() -> Vec<Capability> {
                     workdir_alias: a.workdir,
                     runtime: a.runtime.map(|r| RuntimeName::from(r).as_str().to_owned()),
                     before_task_id: a.before_task_id,
+                    created_since: instant("since", a.since.as_deref())?,
+                    created_until: instant("until", a.until.as_deref())?,
                 };
                 tasks(&ctx).list(filter, a.limit).await
             },

@@ -104,6 +104,24 @@ struct ResultArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DiffArgs {
+    /// The task id (`agt_…`).
+    #[schemars(length(max = 64))]
+    task_id: String,
+    /// Only this file's section (its path relative to the workdir, as the change set lists it).
+    #[schemars(length(min = 1, max = 4096))]
+    path: Option<String>,
+    /// Byte offset to read from (`next_offset_bytes` of the previous chunk).
+    #[serde(default)]
+    offset_bytes: u64,
+    /// At most this many bytes; a character is never split.
+    #[serde(default = "default_chunk")]
+    #[schemars(range(min = 1, max = 65536))]
+    max_bytes: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum DecisionArg {
     ApproveOnce,
@@ -211,7 +229,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "get_agent_task",
                 Scope::Read,
                 Role::Viewer,
-                "Shows a task's status, pending approval or question, error and result; wait_seconds (up to 25) waits for a change.",
+                "Shows a task's status, pending approval or question, error and result, what it changed (files, +added −removed) and what it cost (tokens, cost, time); wait_seconds (up to 25) waits for a change.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: GetTaskArgs| async move {
@@ -240,6 +258,18 @@ pub(super) fn all() -> Vec<Capability> {
             ),
             |ctx: CallCtx, a: ResultArgs| async move {
                 tasks(&ctx).result_chunk(&ctx.principal, &a.task_id, a.offset_bytes, a.max_bytes as usize).await
+            },
+        ),
+        Capability::new(
+            meta(
+                "read_agent_task_diff",
+                Scope::Read,
+                Role::Viewer,
+                "Reads what a finished task changed in its workdir as a unified diff (paths relative to the workdir), whole or one file's section, in chunks that never split a character.",
+                Annotations::READ,
+            ),
+            |ctx: CallCtx, a: DiffArgs| async move {
+                tasks(&ctx).diff_chunk(&ctx.principal, &a.task_id, a.path, a.offset_bytes, a.max_bytes as usize).await
             },
         ),
         Capability::new(

@@ -77,6 +77,7 @@ fn task(id: &str) -> NewTask {
         request_fingerprint: None,
         manifest_json: "{}".into(),
         manifest_sha256: "x".into(),
+        title: None,
     }
 }
 

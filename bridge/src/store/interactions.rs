@@ -153,12 +153,19 @@ impl Store {
 
     /// The provider withdrew a pending interaction itself: the request goes stale and the task
     /// returns to `running`. Returns false when the request was no longer pending.
-    pub fn abandon_interaction(&self, task_id: &str, request_id: &str, now: i64) -> Result<bool, StoreError> {
+    pub fn abandon_interaction(
+        &self,
+        task_id: &str,
+        request_id: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
         self.write(|tx| {
+            let resolution = serde_json::json!({ "stale_reason": reason }).to_string();
             let changed = tx.execute(
-                "UPDATE interactions SET status = 'stale', resolved_at = ?3 \
+                "UPDATE interactions SET status = 'stale', resolved_at = ?3, resolution_json = ?4 \
                  WHERE request_id = ?2 AND task_id = ?1 AND status = 'pending'",
-                params![task_id, request_id, now],
+                params![task_id, request_id, now, resolution],
             )?;
             if changed == 0 {
                 return Ok(false);
@@ -169,7 +176,8 @@ impl Store {
                  AND status IN ('waiting_for_approval','waiting_for_question')",
                 params![task_id, now, request_id],
             )?;
-            let event = NewEvent::new("interaction.stale", serde_json::json!({ "request_id": request_id }));
+            let event =
+                NewEvent::new("interaction.stale", serde_json::json!({ "request_id": request_id, "reason": reason }));
             insert_event(tx, task_id, &event, now)?;
             Ok(true)
         })

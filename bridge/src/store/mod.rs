@@ -22,6 +22,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 use crate::model::{InteractionKind, PlanStatus, StepStatus, TaskStatus};
 
+pub mod accounting;
 pub mod audit;
 pub mod board;
 mod columns;
@@ -284,5 +285,7 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 
 #[cfg(test)]
 mod outbox_tests;
+#[cfg(test)]
+mod accounting_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -200,6 +200,7 @@ fn retention_spares_the_steps_of_a_running_plan() {
         request_fingerprint: None,
         manifest_json: "{}".into(),
         manifest_sha256: "x".into(),
+        title: None,
     };
     store.insert_task(&task, 9, None, &NewEvent::new("task.submitted", serde_json::json!({}))).unwrap();
     store.start_step("pln_1", 1, 10).unwrap();

@@ -252,8 +252,42 @@ CREATE TABLE action_links (
 CREATE INDEX action_links_by_task ON action_links(task_id);
 "#;
 
+/// Migration 7 (issue 15): review and accounting. A task's title (the first line of its prompt,
+/// shortened), its token usage and cost as the runtime reported them (NULL: nothing reported,
+/// never a made-up zero), and its change set: one row per task, deleted with it. The diff is
+/// inline up to the spool threshold, else in a private spool file the row names by size and
+/// hash; `index_json` holds each file's byte span in it.
+const V7_ACCOUNTING: &str = r#"
+ALTER TABLE tasks ADD COLUMN title TEXT;
+ALTER TABLE tasks ADD COLUMN usage_input_tokens INTEGER;
+ALTER TABLE tasks ADD COLUMN usage_cached_input_tokens INTEGER;
+ALTER TABLE tasks ADD COLUMN usage_cache_write_input_tokens INTEGER;
+ALTER TABLE tasks ADD COLUMN usage_output_tokens INTEGER;
+ALTER TABLE tasks ADD COLUMN usage_reasoning_tokens INTEGER;
+ALTER TABLE tasks ADD COLUMN usage_cost_usd REAL;
+ALTER TABLE tasks ADD COLUMN usage_model TEXT;
+CREATE TABLE task_changes (
+    task_id         TEXT PRIMARY KEY REFERENCES tasks(task_id) ON DELETE CASCADE,
+    status          TEXT NOT NULL,
+    reason          TEXT,
+    method          TEXT,
+    files_changed   INTEGER NOT NULL DEFAULT 0,
+    lines_added     INTEGER NOT NULL DEFAULT 0,
+    lines_removed   INTEGER NOT NULL DEFAULT 0,
+    truncated       INTEGER NOT NULL DEFAULT 0,
+    summary_json    TEXT,
+    index_json      TEXT,
+    diff_storage    TEXT,
+    diff_text       TEXT,
+    diff_size_bytes INTEGER NOT NULL DEFAULT 0,
+    diff_sha256     TEXT,
+    created_at      INTEGER NOT NULL
+);
+"#;
+
 /// Every migration, in order; `user_version` is the number applied.
-pub(super) const MIGRATIONS: &[&str] = &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS, V6_NOTIFY];
+pub(super) const MIGRATIONS: &[&str] =
+    &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS, V6_NOTIFY, V7_ACCOUNTING];
 
 /// Applies the missing migrations in one exclusive transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::events::{NewEvent, insert_event};
 use super::{Store, StoreError, is_unique_violation};
-use crate::model::{ResultStorage, TaskStatus};
+use crate::model::{ResultStorage, TaskStatus, Usage};
 
 /// A stored task.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,13 +68,61 @@ pub struct TaskRow {
     pub event_count: i64,
     /// Provider events dropped over the per-task cap.
     pub events_dropped: i64,
+    /// The first line of the prompt, shortened (NULL for tasks stored before migration 7).
+    pub title: Option<String>,
+    /// Token usage and cost, when the runtime reported any.
+    pub usage: Option<Usage>,
+    /// Milliseconds spent waiting for a human on interactions that are over.
+    pub human_wait_ms: i64,
+    /// The change set's outline, once recorded (or known not to be).
+    pub changes: Option<ChangesBrief>,
 }
 
-const TASK_COLUMNS: &str = "task_id, principal, runtime, workdir_alias, relative_cwd, profile, \
+/// The outline of a task's change set, read with its row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangesBrief {
+    /// `recorded` or `not_recorded`.
+    pub status: String,
+    /// Why it was not recorded.
+    pub reason: Option<String>,
+    /// Files added, modified, deleted or renamed.
+    pub files_changed: i64,
+    /// Lines added.
+    pub added: i64,
+    /// Lines removed.
+    pub removed: i64,
+    /// The diff was cut at its bound.
+    pub truncated: bool,
+}
+
+/// Milliseconds waited for a human on a task's interactions that are over (a pending one
+/// counts from its creation to its expiry only once the task is over); `tasks` is the outer row.
+macro_rules! human_wait_sql {
+    () => {
+        "(SELECT COALESCE(SUM(MAX(0, MIN(COALESCE(i.resolved_at, tasks.completed_at, i.created_at), \
+         i.expires_at) - i.created_at)), 0) FROM interactions i WHERE i.task_id = tasks.task_id)"
+    };
+}
+pub(super) const HUMAN_WAIT_SQL: &str = human_wait_sql!();
+
+const TASK_COLUMNS: &str = concat!(
+    "task_id, principal, runtime, workdir_alias, relative_cwd, profile, \
     requested_model, status, created_at, started_at, updated_at, completed_at, deadline_at, \
     continue_from_task_id, correlation_id, idempotency_key, request_fingerprint, native_session_id, \
     final_response, result_storage, result_size_bytes, result_sha256, manifest_json, manifest_sha256, \
-    error_code, error_message, pending_request_id, event_count, events_dropped";
+    error_code, error_message, pending_request_id, event_count, events_dropped, title, \
+    usage_input_tokens, usage_cached_input_tokens, usage_cache_write_input_tokens, usage_output_tokens, \
+    usage_reasoning_tokens, usage_cost_usd, usage_model, \
+    ",
+    human_wait_sql!(),
+    ", \
+    (SELECT c.status FROM task_changes c WHERE c.task_id = tasks.task_id), \
+    (SELECT c.reason FROM task_changes c WHERE c.task_id = tasks.task_id), \
+    (SELECT c.files_changed FROM task_changes c WHERE c.task_id = tasks.task_id), \
+    (SELECT c.lines_added FROM task_changes c WHERE c.task_id = tasks.task_id), \
+    (SELECT c.lines_removed FROM task_changes c WHERE c.task_id = tasks.task_id), \
+    (SELECT c.truncated FROM task_changes c WHERE c.task_id = tasks.task_id)",
+);
 
 fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
@@ -107,7 +155,38 @@ fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
         pending_request_id: row.get(26)?,
         event_count: row.get(27)?,
         events_dropped: row.get(28)?,
+        title: row.get(29)?,
+        usage: usage_from_row(row, 30)?,
+        human_wait_ms: row.get(37)?,
+        changes: match row.get::<_, Option<String>>(38)? {
+            None => None,
+            Some(status) => Some(ChangesBrief {
+                status,
+                reason: row.get(39)?,
+                files_changed: row.get(40)?,
+                added: row.get(41)?,
+                removed: row.get(42)?,
+                truncated: row.get(43)?,
+            }),
+        },
     })
+}
+
+/// The usage columns from `at` on (input, cached, cache write, output, reasoning, cost,
+/// model); all NULL: nothing was reported.
+fn usage_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Usage>> {
+    let Some(input) = row.get::<_, Option<i64>>(at)? else { return Ok(None) };
+    let count =
+        |i: usize| -> rusqlite::Result<u64> { Ok(row.get::<_, Option<i64>>(at + i)?.unwrap_or(0).max(0) as u64) };
+    Ok(Some(Usage {
+        input_tokens: input.max(0) as u64,
+        cached_input_tokens: count(1)?,
+        cache_write_input_tokens: count(2)?,
+        output_tokens: count(3)?,
+        reasoning_tokens: row.get::<_, Option<i64>>(at + 4)?.map(|r| r.max(0) as u64),
+        cost_usd: row.get(at + 5)?,
+        model: row.get(at + 6)?,
+    }))
 }
 
 /// A task to create.
@@ -143,6 +222,8 @@ pub struct NewTask {
     pub manifest_json: String,
     /// Its SHA-256.
     pub manifest_sha256: String,
+    /// The first line of the prompt, shortened and redacted.
+    pub title: Option<String>,
 }
 
 /// The recovery guard to publish with a writer task.
@@ -174,6 +255,10 @@ pub struct TaskFilter {
     pub runtime: Option<String>,
     /// Only tasks created before this task (cursor; newest first).
     pub before_task_id: Option<String>,
+    /// Only tasks created at or after this instant (Unix ms).
+    pub created_since: Option<i64>,
+    /// Only tasks created before this instant (Unix ms).
+    pub created_until: Option<i64>,
 }
 
 /// Extra fields written with a transition.
@@ -200,6 +285,39 @@ pub struct ResultFields {
     pub size_bytes: i64,
     /// SHA-256 of the full result.
     pub sha256: String,
+}
+
+/// The `AND …` clauses of a filter and their arguments (`?1`…); the cursor only `with_cursor`.
+pub(super) fn filter_sql(filter: &TaskFilter, with_cursor: bool) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = String::new();
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    let mut add = |clause: &str, v: rusqlite::types::Value| {
+        args.push(v);
+        sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+    };
+    if let Some(p) = &filter.principal {
+        add("principal =", p.clone().into());
+    }
+    if let Some(s) = filter.status {
+        add("status =", s.as_str().to_owned().into());
+    }
+    if let Some(w) = &filter.workdir_alias {
+        add("workdir_alias =", w.clone().into());
+    }
+    if let Some(r) = &filter.runtime {
+        add("runtime =", r.clone().into());
+    }
+    if let Some(since) = filter.created_since {
+        add("created_at >=", since.into());
+    }
+    if let Some(until) = filter.created_until {
+        add("created_at <", until.into());
+    }
+    if with_cursor && let Some(before) = &filter.before_task_id {
+        args.push(before.clone().into());
+        sql.push_str(&format!(" AND rowid < (SELECT rowid FROM tasks WHERE task_id = ?{})", args.len()));
+    }
+    (sql, args)
 }
 
 pub(super) fn get_task_in(conn: &Connection, task_id: &str) -> Result<Option<TaskRow>, StoreError> {
@@ -261,8 +379,8 @@ impl Store {
             tx.execute(
                 "INSERT INTO tasks (task_id, principal, runtime, workdir_alias, relative_cwd, profile, \
                  requested_model, status, created_at, updated_at, deadline_at, continue_from_task_id, \
-                 correlation_id, idempotency_key, request_fingerprint, manifest_json, manifest_sha256) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                 correlation_id, idempotency_key, request_fingerprint, manifest_json, manifest_sha256, title) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 params![
                     new.task_id,
                     new.principal,
@@ -279,6 +397,7 @@ impl Store {
                     new.request_fingerprint,
                     new.manifest_json,
                     new.manifest_sha256,
+                    new.title,
                 ],
             )
             .map_err(|e| if is_unique_violation(&e) { StoreError::IdempotencyConflict } else { e.into() })?;
@@ -328,29 +447,8 @@ impl Store {
     /// Lists tasks newest first.
     pub fn list_tasks(&self, filter: &TaskFilter, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
         self.read(|c| {
-            let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1=1");
-            let mut args: Vec<rusqlite::types::Value> = Vec::new();
-            let mut add = |clause: &str, v: String| {
-                args.push(v.into());
-                sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-            };
-            if let Some(p) = &filter.principal {
-                add("principal =", p.clone());
-            }
-            if let Some(s) = filter.status {
-                add("status =", s.as_str().to_owned());
-            }
-            if let Some(w) = &filter.workdir_alias {
-                add("workdir_alias =", w.clone());
-            }
-            if let Some(r) = &filter.runtime {
-                add("runtime =", r.clone());
-            }
-            if let Some(before) = &filter.before_task_id {
-                args.push(before.clone().into());
-                sql.push_str(&format!(" AND rowid < (SELECT rowid FROM tasks WHERE task_id = ?{})", args.len()));
-            }
-            sql.push_str(&format!(" ORDER BY rowid DESC LIMIT {limit}"));
+            let (clauses, args) = filter_sql(filter, true);
+            let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1=1{clauses} ORDER BY rowid DESC LIMIT {limit}");
             let mut stmt = c.prepare(&sql)?;
             let rows = stmt.query_map(rusqlite::params_from_iter(args), task_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -29,6 +29,7 @@ pub(crate) fn new_task(id: &str, key: Option<&str>) -> NewTask {
         request_fingerprint: key.map(|_| "fp".to_owned()),
         manifest_json: "{}".into(),
         manifest_sha256: "x".into(),
+        title: None,
     }
 }
 
@@ -215,8 +216,8 @@ fn expired_and_abandoned_requests_are_stale() {
     let event = NewEvent::new("approval.resolved", serde_json::json!({}));
     let late = store.resolve_interaction("agt_1", "req_1", InteractionKind::Approval, "{}", &event, 5_000);
     assert!(matches!(late, Err(StoreError::RequestStale)), "at expires_at the request is stale");
-    assert!(store.abandon_interaction("agt_1", "req_1", 20).unwrap());
-    assert!(!store.abandon_interaction("agt_1", "req_1", 21).unwrap());
+    assert!(store.abandon_interaction("agt_1", "req_1", "withdrawn", 20).unwrap());
+    assert!(!store.abandon_interaction("agt_1", "req_1", "withdrawn", 21).unwrap());
     assert_eq!(store.get_task("agt_1").unwrap().unwrap().status, TaskStatus::Running);
 }
 

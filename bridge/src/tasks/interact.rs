@@ -176,7 +176,18 @@ impl TaskService {
                 Err(ToolError::new(code::REQUEST_ALREADY_RESOLVED, "this request was already answered"))
             }
             InteractionStatus::Stale => {
-                Err(ToolError::new(code::REQUEST_STALE, "this request can no longer be answered"))
+                let reason = row
+                    .resolution_json
+                    .as_deref()
+                    .and_then(|r| serde_json::from_str::<Value>(r).ok())
+                    .and_then(|r| r["stale_reason"].as_str().map(str::to_owned));
+                Err(ToolError::new(
+                    code::REQUEST_STALE,
+                    match reason {
+                        Some(why) => format!("this request can no longer be answered: {why}"),
+                        None => "this request can no longer be answered".to_owned(),
+                    },
+                ))
             }
             InteractionStatus::Pending => Ok(row),
         }

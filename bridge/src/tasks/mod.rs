@@ -21,6 +21,10 @@ use crate::provider::Providers;
 use crate::store::Store;
 use crate::store::tasks::TaskRow;
 
+pub mod accounting;
+#[cfg(any())] // TEMP-A
+mod change_set;
+pub mod diffs;
 mod ending;
 mod interact;
 pub use interact::Answer;

@@ -132,13 +132,17 @@ impl Inner {
         match self.store.call(move |s| s.delete_expired(cutoff)).await {
             Ok(deleted) => {
                 let mut spooled = Vec::new();
+                let mut all = Vec::new();
                 for (task_id, storage) in deleted {
                     tracing::debug!(task_id, "retention removed a task");
                     if storage == Some(ResultStorage::Spool) {
-                        spooled.push(task_id);
+                        spooled.push(task_id.clone());
                     }
+                    all.push(task_id);
                 }
                 results::delete(self.config.state_dir.clone(), spooled).await;
+                // A diff is spooled whatever the result was; removing an absent file is a no-op.
+                super::diffs::delete(self.config.state_dir.clone(), all).await;
             }
             Err(e) => tracing::warn!(cause = %e, "retention pass failed"),
         }
@@ -360,6 +364,7 @@ mod tests {
             request_fingerprint: Some("f".into()),
             manifest_json: "{}".into(),
             manifest_sha256: "x".into(),
+            title: None,
         };
         let submitted = NewEvent::new("task.submitted", json!({}));
         let (spooled, guarded, active) = (crate::ids::task_id(), crate::ids::task_id(), crate::ids::task_id());

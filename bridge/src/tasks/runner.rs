@@ -20,6 +20,10 @@ use crate::store::events::NewEvent;
 use crate::store::interactions::NewInteraction;
 use crate::store::tasks::TransitionFields;
 
+/// Why a request the runtime resolved itself can no longer be answered here.
+pub(super) const WITHDRAWN: &str = "the runtime resolved this request itself (answered elsewhere, e.g. in Codex \
+    Remote Control, or withdrawn by the agent): nothing was sent for it from here";
+
 /// The pending interaction this runner relays.
 struct Pending {
     request_id: String,
@@ -46,6 +50,11 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     };
     if transition(&inner, &task_id, TaskStatus::Starting, started).await.is_err() {
         return (Ending::AlreadyTerminal, None);
+    }
+    // The baseline of the change set, before the agent can write anything.
+    #[cfg(any())] // TEMP-A
+    {
+        job.baseline = Some(super::change_set::take_baseline(&inner, &task_id, &job.workdir_root, redactor).await);
     }
     let spec = StartSpec {
         task_id: task_id.clone(),
@@ -168,10 +177,14 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                     ProviderEvent::Withdrawn { native_id } => {
                         if let Some(p) = pending.take_if(|p| p.native_id == native_id) {
                             let (tid, now) = (task_id.clone(), inner.clock.now_ms());
-                            let _ = inner.store.call(move |s| s.abandon_interaction(&tid, &p.request_id, now)).await;
+                            let _ = inner
+                                .store
+                                .call(move |s| s.abandon_interaction(&tid, &p.request_id, WITHDRAWN, now))
+                                .await;
                             inner.changes.notify(&task_id);
                         }
                     }
+                    ProviderEvent::Usage(usage) => super::accounting::record_usage(&inner, &task_id, usage).await,
                     ProviderEvent::Finished(TurnOutcome::Completed(text)) => return Ending::Completed(text),
                     ProviderEvent::Finished(TurnOutcome::Failed { code, message }) => {
                         return Ending::Failed { code, message: redactor.text(&message) };
@@ -309,6 +322,7 @@ async fn interrupt(inner: &Arc<Inner>, task_id: &str, session: &mut Session, red
                 ProviderEvent::Event { event_type, payload } => {
                     record(inner, task_id, redactor, &event_type, payload, true).await;
                 }
+                ProviderEvent::Usage(usage) => super::accounting::record_usage(inner, task_id, usage).await,
                 ProviderEvent::Finished(_) => return,
                 _ => {}
             }

@@ -195,6 +195,7 @@ impl TaskService {
             request_fingerprint: req.idempotency_key.as_ref().map(|_| fingerprint.clone()),
             manifest_json,
             manifest_sha256,
+            title: super::accounting::title_of(&req.prompt).map(|t| inner.redactor(&workdir.alias).text(&t)),
         };
         let guard = writer.then(|| NewGuard { workdir_alias: workdir.alias.clone() });
         let event = NewEvent::new(
@@ -229,6 +230,8 @@ impl TaskService {
             task: row.clone(),
             runtime: req.runtime,
             cwd,
+            workdir_root: workdir.path.clone(),
+            baseline: None,
             profile: req.profile,
             prompt: req.prompt,
             model: req.model,

@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{TaskService, results};
+use super::{TaskService, accounting, results};
 use crate::clock::rfc3339;
 use crate::error::{ToolError, code};
 use crate::model::{Principal, ResultStorage};
+use crate::store::accounting::{ChangesRow, TotalsBy, UsageTotals};
 use crate::store::events::EventRow;
 use crate::store::interactions::InteractionRow;
-use crate::store::tasks::{TaskFilter, TaskRow};
+use crate::store::tasks::{ChangesBrief, TaskFilter, TaskRow};
 
 /// The longest `get_agent_task` long-poll.
 pub const MAX_WAIT_SECONDS: u64 = 25;
@@ -32,8 +33,8 @@ pub fn interaction_view(r: &InteractionRow) -> Value {
     })
 }
 
-/// The public view of a task.
-pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>) -> Value {
+/// The public view of a task at `now`; `changes` is its stored change set, when read.
+pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>, changes: Option<&ChangesRow>, now: i64) -> Value {
     let result = t.result_storage.map(|storage| {
         json!({
             "storage": storage.as_str(),
@@ -70,6 +71,31 @@ pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>) -> Value {
         "events_dropped": t.events_dropped,
         "manifest": parse_json(&t.manifest_json),
         "manifest_sha256": t.manifest_sha256,
+        "title": t.title,
+        "usage": t.usage.as_ref().map(accounting::usage_json),
+        "timing": accounting::timing_json(t, pending.map(|p| p.created_at), now),
+        "changes": changes.map(changes_view),
+    })
+}
+
+/// The public view of a stored change set: its summary, or why there is none.
+pub fn changes_view(c: &ChangesRow) -> Value {
+    let mut view = c.summary_json.as_deref().map(parse_json).filter(Value::is_object).unwrap_or_else(|| json!({}));
+    view["status"] = json!(c.status);
+    if let Some(reason) = &c.reason {
+        view["reason"] = json!(reason);
+    }
+    view
+}
+
+/// The outline of a change set in a list: counts only.
+fn changes_brief(b: &ChangesBrief) -> Value {
+    json!({
+        "status": b.status,
+        "files_changed": b.files_changed,
+        "added": b.added,
+        "removed": b.removed,
+        "truncated": b.truncated,
     })
 }
 
@@ -104,15 +130,19 @@ impl TaskService {
                     None => None,
                 };
                 let plan = s.plan_of_task(&id)?;
-                Ok(Some((row, pending, plan)))
+                let changes = match row.changes {
+                    Some(_) => s.get_changes(&id)?,
+                    None => None,
+                };
+                Ok(Some((row, pending, plan, changes)))
             })
             .await?;
-        let Some((row, pending, plan)) =
-            found.filter(|(row, _, _)| principal.sees_everything() || row.principal == principal.name)
+        let Some((row, pending, plan, changes)) =
+            found.filter(|(row, ..)| principal.sees_everything() || row.principal == principal.name)
         else {
             return Err(ToolError::task_not_found());
         };
-        let mut view = task_view(&row, pending.as_ref());
+        let mut view = task_view(&row, pending.as_ref(), changes.as_ref(), self.inner.clock.now_ms());
         // A request clipped for display keeps its whole text; it is sent only when asked for.
         // (`pointer_mut`, not indexing: indexing a null `pending_request` would create it.)
         if !full && let Some(payload) = view.pointer_mut("/pending_request/payload").and_then(Value::as_object_mut) {
@@ -220,9 +250,79 @@ impl TaskService {
         Ok(chunk)
     }
 
+    /// `read_agent_task_diff`: a chunk of the task's diff, whole or one file's section.
+    pub async fn diff_chunk(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        path: Option<String>,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<Value, ToolError> {
+        let row = self.inner.visible_task(principal, task_id).await?;
+        let id = task_id.to_owned();
+        let changes = self.inner.store.call(move |s| s.get_changes(&id)).await?;
+        let changes = match changes {
+            Some(c) if c.status == "recorded" => c,
+            Some(c) => {
+                let why = c.reason.unwrap_or_default();
+                return Err(ToolError::new(
+                    code::AGENT_DIFF_NOT_AVAILABLE,
+                    format!("no change set was recorded: {why}"),
+                ));
+            }
+            None if row.status.is_terminal() => {
+                return Err(ToolError::new(code::AGENT_DIFF_NOT_AVAILABLE, "this task has no change set"));
+            }
+            None => {
+                return Err(ToolError::new(
+                    code::AGENT_DIFF_NOT_AVAILABLE,
+                    "the change set is computed when the task ends",
+                ));
+            }
+        };
+        let state_dir = self.inner.config.state_dir.clone();
+        let id = task_id.to_owned();
+        let mut chunk = tokio::task::spawn_blocking(move || {
+            super::diffs::read_chunk(&state_dir, &id, &changes, path.as_deref(), offset, max_bytes)
+        })
+        .await
+        .map_err(|e| ToolError::internal("diff read failed", e))??;
+        chunk["correlation_id"] = json!(row.correlation_id);
+        Ok(chunk)
+    }
+
     /// `admin_list_tasks`: every principal's tasks, newest first, with a cursor.
     pub async fn list(&self, filter: TaskFilter, limit: u32) -> Result<Value, ToolError> {
-        let rows = self.inner.store.call(move |s| s.list_tasks(&filter, limit)).await?;
+        let now = self.inner.clock.now_ms();
+        let (rows, totals) = self
+            .inner
+            .store
+            .call(move |s| {
+                let rows = s.list_tasks(&filter, limit)?;
+                let mut totals = Vec::new();
+                for by in [TotalsBy::All, TotalsBy::Principal, TotalsBy::Workdir] {
+                    totals.push(s.usage_totals(&filter, by, now)?);
+                }
+                Ok((rows, totals))
+            })
+            .await?;
+        let group = |lines: &[(String, UsageTotals)], key: &str| -> Vec<Value> {
+            lines
+                .iter()
+                .map(|(name, t)| {
+                    let mut v = accounting::totals_json(t);
+                    v[key] = json!(name);
+                    v
+                })
+                .collect()
+        };
+        let overall = totals[0].first().map(|(_, t)| accounting::totals_json(t)).unwrap_or_default();
+        let totals = json!({
+            "overall": overall,
+            "by_principal": group(&totals[1], "principal"),
+            "by_workdir": group(&totals[2], "workdir"),
+        });
         let next = if rows.len() as u32 == limit { rows.last().map(|r| r.task_id.clone()) } else { None };
         let tasks: Vec<Value> = rows
             .iter()
@@ -239,9 +339,14 @@ impl TaskService {
                     "error_code": t.error_code,
                     "pending_request_id": t.pending_request_id,
                     "correlation_id": t.correlation_id,
+                    "title": t.title,
+                    "duration_ms": t.started_at.map(|s| (t.completed_at.unwrap_or(now) - s).max(0)),
+                    "usage": t.usage.as_ref().map(accounting::usage_json),
+                    "human_wait_ms": t.human_wait_ms,
+                    "changes": t.changes.as_ref().map(changes_brief),
                 })
             })
             .collect();
-        Ok(json!({ "tasks": tasks, "next_before_task_id": next }))
+        Ok(json!({ "tasks": tasks, "next_before_task_id": next, "totals": totals }))
     }
 }

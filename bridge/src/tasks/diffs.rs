@@ -1,0 +1,314 @@
+//! A task's diff at rest: inline in its change-set row up to the spool threshold, else in a
+//! private spool file (`<state>/diffs/<task>.diff`, 0600, written atomically), and read back
+//! whole or one file's section at a time in chunks that never split a character.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the spool is written and read on a blocking thread (spawn_blocking in the callers)"
+)]
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[cfg(any())] // TEMP-A
+use super::results::sha256_hex;
+#[cfg(any())] // TEMP-A
+use crate::changes::ChangeSet;
+use crate::error::{ToolError, code};
+use crate::model::ResultStorage;
+use crate::store::accounting::{ChangesRow, NewChanges};
+
+/// One file's section of the stored diff.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Span {
+    /// The path relative to the workdir.
+    pub path: String,
+    /// The file's previous path, for a rename.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    /// Byte offset of its section in the diff.
+    pub offset: u64,
+    /// Byte length of its section.
+    pub len: u64,
+}
+
+fn diff_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("diffs")
+}
+
+fn diff_path(state_dir: &Path, task_id: &str) -> PathBuf {
+    diff_dir(state_dir).join(format!("{task_id}.diff"))
+}
+
+/// The row for a recorded change set; a diff over `threshold` bytes is spooled. Blocking.
+#[cfg(any())] // TEMP-A
+pub fn recorded(state_dir: &Path, task_id: &str, set: &ChangeSet, threshold: u64) -> Result<NewChanges, ToolError> {
+    let spans: Vec<Span> = set
+        .files
+        .iter()
+        .map(|f| Span { path: f.path.clone(), old_path: f.old_path.clone(), offset: f.diff_offset, len: f.diff_len })
+        .collect();
+    let size = set.diff.len() as u64;
+    let (storage, inline) = if set.diff.is_empty() {
+        (None, None)
+    } else if size <= threshold {
+        (Some(ResultStorage::Inline), Some(set.diff.clone()))
+    } else {
+        spool(state_dir, task_id, &set.diff)?;
+        (Some(ResultStorage::Spool), None)
+    };
+    Ok(NewChanges {
+        status: "recorded",
+        reason: None,
+        method: Some(set.method.to_owned()),
+        files_changed: set.files.len() as i64,
+        added: set.files.iter().map(|f| f.added as i64).sum(),
+        removed: set.files.iter().map(|f| f.removed as i64).sum(),
+        truncated: set.truncated,
+        summary_json: Some(set.summary_json().to_string()),
+        index_json: Some(serde_json::to_string(&spans).unwrap_or_else(|_| "[]".into())),
+        diff_storage: storage,
+        diff_text: inline,
+        diff_size_bytes: size as i64,
+        diff_sha256: (!set.diff.is_empty()).then(|| sha256_hex(set.diff.as_bytes())),
+    })
+}
+
+/// The row for a change set that could not be taken, and why.
+pub fn not_recorded(reason: String) -> NewChanges {
+    NewChanges { status: "not_recorded", reason: Some(reason), ..Default::default() }
+}
+
+#[cfg_attr(any(), allow(dead_code))] // TEMP-A
+#[allow(dead_code)] // TEMP-A
+fn spool(state_dir: &Path, task_id: &str, text: &str) -> Result<(), ToolError> {
+    let fail = |e: std::io::Error| ToolError::internal("cannot spool the task's diff", e);
+    crate::files::ensure_private_dir(&diff_dir(state_dir))
+        .map_err(|e| ToolError::internal("cannot create the diff spool", e))?;
+    let target = diff_path(state_dir, task_id);
+    let temp = diff_dir(state_dir).join(format!(".{task_id}.tmp"));
+    let _ = std::fs::remove_file(&temp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&temp)
+        .map_err(fail)?;
+    file.write_all(text.as_bytes()).map_err(fail)?;
+    file.sync_all().map_err(fail)?;
+    drop(file);
+    std::fs::rename(&temp, &target).map_err(fail)
+}
+
+/// Reads a chunk of a task's diff — the whole diff, or the section of the file at `path`
+/// (its new or, for a rename, old path) — at most `max_bytes` from `offset` within it,
+/// never splitting a character. Blocking.
+pub fn read_chunk(
+    state_dir: &Path,
+    task_id: &str,
+    row: &ChangesRow,
+    path: Option<&str>,
+    offset: u64,
+    max_bytes: usize,
+) -> Result<Value, ToolError> {
+    let (start, len) = match path {
+        None => (0, row.diff_size_bytes.max(0) as u64),
+        Some(wanted) => {
+            let spans: Vec<Span> =
+                row.index_json.as_deref().and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
+            let span = spans
+                .iter()
+                .find(|s| s.path == wanted)
+                .or_else(|| spans.iter().find(|s| s.old_path.as_deref() == Some(wanted)))
+                .ok_or_else(|| {
+                    ToolError::new(code::INVALID_ARGUMENT, "parameter 'path' names no file of this change set")
+                })?;
+            (span.offset, span.len)
+        }
+    };
+    if offset > len {
+        return Err(ToolError::new(
+            code::INVALID_RESULT_OFFSET,
+            format!("offset_bytes {offset} is past the end ({len} bytes)"),
+        ));
+    }
+    // Up to three bytes more than asked so a character cut at the end can be detected.
+    let want = (max_bytes as u64).min(len - offset) as usize;
+    let take = (want + 3).min((len - offset) as usize);
+    let buf = read_bytes(state_dir, task_id, row, start + offset, take)?;
+    if buf.first().is_some_and(|b| (0x80..0xC0).contains(b)) {
+        return Err(ToolError::new(
+            code::INVALID_RESULT_OFFSET,
+            format!("offset_bytes {offset} falls inside a character"),
+        ));
+    }
+    let mut end = want;
+    while end > 0 && end < buf.len() && (0x80..0xC0).contains(&buf[end]) {
+        end -= 1;
+    }
+    if end == 0 && want > 0 {
+        return Err(ToolError::new(
+            code::INVALID_RESULT_LIMIT,
+            format!("max_bytes {max_bytes} cannot hold the next character"),
+        ));
+    }
+    let text = std::str::from_utf8(&buf[..end])
+        .map_err(|_| ToolError::new(code::AGENT_RESULT_STORAGE_ERROR, "the stored diff is not valid UTF-8"))?;
+    let next = offset + end as u64;
+    Ok(json!({
+        "task_id": task_id,
+        "path": path,
+        "text": text,
+        "offset_bytes": offset,
+        "next_offset_bytes": next,
+        "size_bytes": len,
+        "eof": next >= len,
+        "truncated": row.truncated,
+    }))
+}
+
+fn read_bytes(state_dir: &Path, task_id: &str, row: &ChangesRow, at: u64, n: usize) -> Result<Vec<u8>, ToolError> {
+    let broken = |why: &str| ToolError::new(code::AGENT_RESULT_STORAGE_ERROR, why.to_owned());
+    match row.diff_storage {
+        None => Ok(Vec::new()),
+        Some(ResultStorage::Inline) => {
+            let text = row.diff_text.as_deref().unwrap_or("").as_bytes();
+            let from = (at as usize).min(text.len());
+            Ok(text[from..(from + n).min(text.len())].to_vec())
+        }
+        Some(ResultStorage::Spool) => {
+            let path = diff_path(state_dir, task_id);
+            let mut file =
+                OpenOptions::new().read(true).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits()).open(&path).map_err(
+                    |e| match e.kind() {
+                        std::io::ErrorKind::NotFound => {
+                            ToolError::new(code::AGENT_RESULT_NOT_RETRIEVABLE, "the spooled diff is gone")
+                        }
+                        _ => broken("the spooled diff cannot be opened"),
+                    },
+                )?;
+            let meta = file.metadata().map_err(|_| broken("the spooled diff cannot be inspected"))?;
+            crate::files::check_private(&path, &meta, false)
+                .map_err(|_| broken("the diff spool file is not private"))?;
+            if meta.len() != row.diff_size_bytes.max(0) as u64 {
+                return Err(broken("the diff spool file does not match the recorded size"));
+            }
+            let mut buf = vec![0u8; n];
+            file.seek(SeekFrom::Start(at)).map_err(|_| broken("cannot seek the diff spool file"))?;
+            file.read_exact(&mut buf).map_err(|_| broken("cannot read the diff spool file"))?;
+            Ok(buf)
+        }
+    }
+}
+
+/// Deletes these tasks' diff spool files, those present, off the reactor.
+pub async fn delete(state_dir: PathBuf, task_ids: Vec<String>) {
+    if task_ids.is_empty() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for task_id in task_ids {
+            let _ = std::fs::remove_file(diff_path(&state_dir, &task_id));
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIFF: &str = "diff --git a/a.txt b/a.txt\n+é€😀\ndiff --git a/b.txt b/b.txt\n-old\n+new\n";
+
+    fn row(storage: ResultStorage, state: &Path) -> ChangesRow {
+        let second = DIFF.find("diff --git a/b.txt").unwrap() as u64;
+        let spans = vec![
+            Span { path: "a.txt".into(), old_path: None, offset: 0, len: second },
+            Span {
+                path: "b.txt".into(),
+                old_path: Some("old-b.txt".into()),
+                offset: second,
+                len: DIFF.len() as u64 - second,
+            },
+        ];
+        if storage == ResultStorage::Spool {
+            crate::files::ensure_private_dir(state).unwrap();
+            spool(state, "agt_1", DIFF).unwrap();
+        }
+        ChangesRow {
+            status: "recorded".into(),
+            reason: None,
+            summary_json: None,
+            index_json: Some(serde_json::to_string(&spans).unwrap()),
+            diff_storage: Some(storage),
+            diff_text: (storage == ResultStorage::Inline).then(|| DIFF.to_owned()),
+            diff_size_bytes: DIFF.len() as i64,
+            diff_sha256: None,
+            truncated: false,
+        }
+    }
+
+    fn read_all(state: &Path, row: &ChangesRow, path: Option<&str>, max: usize) -> String {
+        let mut out = String::new();
+        let mut offset = 0;
+        loop {
+            let chunk = read_chunk(state, "agt_1", row, path, offset, max).unwrap();
+            out.push_str(chunk["text"].as_str().unwrap());
+            offset = chunk["next_offset_bytes"].as_u64().unwrap();
+            if chunk["eof"] == true {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn inline_and_spooled_diffs_read_back_whole_and_per_file_in_every_chunk_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        for storage in [ResultStorage::Inline, ResultStorage::Spool] {
+            let row = row(storage, &state);
+            for max in [4usize, 5, 7, 64, 65_536] {
+                assert_eq!(read_all(&state, &row, None, max), DIFF, "{storage:?} {max}");
+                let a = read_all(&state, &row, Some("a.txt"), max);
+                assert!(a.starts_with("diff --git a/a.txt") && !a.contains("b.txt"), "{a}");
+                let b = read_all(&state, &row, Some("old-b.txt"), max);
+                assert!(b.starts_with("diff --git a/b.txt") && b.ends_with("+new\n"), "{b}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_offsets_limits_and_paths_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let row = row(ResultStorage::Inline, &state);
+        let inside = DIFF.find('é').unwrap() as u64 + 1;
+        assert_eq!(read_chunk(&state, "agt_1", &row, None, inside, 10).unwrap_err().code, code::INVALID_RESULT_OFFSET);
+        let emoji = DIFF.find('😀').unwrap() as u64;
+        assert_eq!(read_chunk(&state, "agt_1", &row, None, emoji, 3).unwrap_err().code, code::INVALID_RESULT_LIMIT);
+        let past = DIFF.len() as u64 + 1;
+        assert_eq!(read_chunk(&state, "agt_1", &row, None, past, 3).unwrap_err().code, code::INVALID_RESULT_OFFSET);
+        let err = read_chunk(&state, "agt_1", &row, Some("../etc/passwd"), 0, 10).unwrap_err();
+        assert_eq!(err.code, code::INVALID_ARGUMENT);
+        assert!(err.message.contains("'path'"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_spool_file_that_changed_size_or_went_away_is_an_error_not_a_wrong_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let row = row(ResultStorage::Spool, &state);
+        std::fs::write(diff_path(&state, "agt_1"), "short").unwrap();
+        assert_eq!(read_chunk(&state, "agt_1", &row, None, 0, 10).unwrap_err().code, code::AGENT_RESULT_STORAGE_ERROR);
+        std::fs::remove_file(diff_path(&state, "agt_1")).unwrap();
+        assert_eq!(
+            read_chunk(&state, "agt_1", &row, None, 0, 10).unwrap_err().code,
+            code::AGENT_RESULT_NOT_RETRIEVABLE
+        );
+    }
+}
