@@ -14,13 +14,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-#[cfg(any())] // TEMP-A
-use super::results::sha256_hex;
-#[cfg(any())] // TEMP-A
-use crate::changes::ChangeSet;
 use crate::error::{ToolError, code};
 use crate::model::ResultStorage;
-use crate::store::accounting::{ChangesRow, NewChanges};
+use crate::store::accounting::ChangesRow;
 
 /// One file's section of the stored diff.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,48 +40,8 @@ fn diff_path(state_dir: &Path, task_id: &str) -> PathBuf {
     diff_dir(state_dir).join(format!("{task_id}.diff"))
 }
 
-/// The row for a recorded change set; a diff over `threshold` bytes is spooled. Blocking.
-#[cfg(any())] // TEMP-A
-pub fn recorded(state_dir: &Path, task_id: &str, set: &ChangeSet, threshold: u64) -> Result<NewChanges, ToolError> {
-    let spans: Vec<Span> = set
-        .files
-        .iter()
-        .map(|f| Span { path: f.path.clone(), old_path: f.old_path.clone(), offset: f.diff_offset, len: f.diff_len })
-        .collect();
-    let size = set.diff.len() as u64;
-    let (storage, inline) = if set.diff.is_empty() {
-        (None, None)
-    } else if size <= threshold {
-        (Some(ResultStorage::Inline), Some(set.diff.clone()))
-    } else {
-        spool(state_dir, task_id, &set.diff)?;
-        (Some(ResultStorage::Spool), None)
-    };
-    Ok(NewChanges {
-        status: "recorded",
-        reason: None,
-        method: Some(set.method.to_owned()),
-        files_changed: set.files.len() as i64,
-        added: set.files.iter().map(|f| f.added as i64).sum(),
-        removed: set.files.iter().map(|f| f.removed as i64).sum(),
-        truncated: set.truncated,
-        summary_json: Some(set.summary_json().to_string()),
-        index_json: Some(serde_json::to_string(&spans).unwrap_or_else(|_| "[]".into())),
-        diff_storage: storage,
-        diff_text: inline,
-        diff_size_bytes: size as i64,
-        diff_sha256: (!set.diff.is_empty()).then(|| sha256_hex(set.diff.as_bytes())),
-    })
-}
-
-/// The row for a change set that could not be taken, and why.
-pub fn not_recorded(reason: String) -> NewChanges {
-    NewChanges { status: "not_recorded", reason: Some(reason), ..Default::default() }
-}
-
-#[cfg_attr(any(), allow(dead_code))] // TEMP-A
-#[allow(dead_code)] // TEMP-A
-fn spool(state_dir: &Path, task_id: &str, text: &str) -> Result<(), ToolError> {
+/// Writes a task's diff to its private spool file (0600, atomically). Blocking.
+pub fn spool(state_dir: &Path, task_id: &str, text: &str) -> Result<(), ToolError> {
     let fail = |e: std::io::Error| ToolError::internal("cannot spool the task's diff", e);
     crate::files::ensure_private_dir(&diff_dir(state_dir))
         .map_err(|e| ToolError::internal("cannot create the diff spool", e))?;

@@ -21,14 +21,8 @@ use crate::store::tasks::{TaskRow, TransitionFields};
 /// terminal state finds the workdir already free. (A task someone else made terminal, e.g. a
 /// cancel, keeps its state; its lease is released only now, after cleanup: seed 001 §14.1.)
 pub(super) async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &Redactor) {
-    let Job { inner, task, lease, workdir_root, baseline, .. } = job;
+    let Job { inner, task, lease, .. } = job;
     let task_id = task.task_id.clone();
-    // What the task changed, while it still holds the writer lease: nobody else wrote since.
-    #[cfg(any())] // TEMP-A
-    {
-        super::change_set::record(&inner, &task_id, &workdir_root, baseline, redactor).await;
-    }
-    let _ = (&workdir_root, &baseline); // TEMP-A
     release(&inner, &task, lease, proof.as_ref()).await;
     // The provider can add no event any more: the count is final. The marker goes before the
     // terminal event this runner writes, so a reader who reads up to the terminal state has

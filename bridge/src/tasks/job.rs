@@ -22,10 +22,6 @@ pub(super) struct Job {
     pub task: TaskRow,
     pub runtime: RuntimeName,
     pub cwd: PathBuf,
-    /// The workdir's root (the change set's scope).
-    pub workdir_root: PathBuf,
-    /// The baseline for the change set: `None` until one was attempted.
-    pub baseline: Option<Result<(), String>>,
     pub profile: Profile,
     pub prompt: String,
     pub model: Option<String>,

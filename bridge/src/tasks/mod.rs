@@ -22,8 +22,6 @@ use crate::store::Store;
 use crate::store::tasks::TaskRow;
 
 pub mod accounting;
-#[cfg(any())] // TEMP-A
-mod change_set;
 pub mod diffs;
 mod ending;
 mod interact;

@@ -51,11 +51,6 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     if transition(&inner, &task_id, TaskStatus::Starting, started).await.is_err() {
         return (Ending::AlreadyTerminal, None);
     }
-    // The baseline of the change set, before the agent can write anything.
-    #[cfg(any())] // TEMP-A
-    {
-        job.baseline = Some(super::change_set::take_baseline(&inner, &task_id, &job.workdir_root, redactor).await);
-    }
     let spec = StartSpec {
         task_id: task_id.clone(),
         cwd: job.cwd.clone(),

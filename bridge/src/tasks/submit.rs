@@ -230,8 +230,6 @@ impl TaskService {
             task: row.clone(),
             runtime: req.runtime,
             cwd,
-            workdir_root: workdir.path.clone(),
-            baseline: None,
             profile: req.profile,
             prompt: req.prompt,
             model: req.model,

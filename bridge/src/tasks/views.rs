@@ -74,7 +74,11 @@ pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>, changes: Option<
         "title": t.title,
         "usage": t.usage.as_ref().map(accounting::usage_json),
         "timing": accounting::timing_json(t, pending.map(|p| p.created_at), now),
-        "changes": changes.map(changes_view),
+        "changes": match changes {
+            Some(c) => changes_view(c),
+            None if t.profile == "review" => read_only_changes(),
+            None => Value::Null,
+        },
     })
 }
 
@@ -86,6 +90,21 @@ pub fn changes_view(c: &ChangesRow) -> Value {
         view["reason"] = json!(reason);
     }
     view
+}
+
+/// What a review task changed: nothing it may — it runs with the runtime's read-only sandbox,
+/// and holds no writer lease, so no baseline is taken (another writer's changes would not be
+/// its own).
+fn read_only_changes() -> Value {
+    json!({
+        "status": "read_only",
+        "reason": "a review task runs read-only and takes no baseline",
+        "files": [],
+        "files_changed": 0,
+        "added": 0,
+        "removed": 0,
+        "truncated": false,
+    })
 }
 
 /// The outline of a change set in a list: counts only.
@@ -343,7 +362,11 @@ impl TaskService {
                     "duration_ms": t.started_at.map(|s| (t.completed_at.unwrap_or(now) - s).max(0)),
                     "usage": t.usage.as_ref().map(accounting::usage_json),
                     "human_wait_ms": t.human_wait_ms,
-                    "changes": t.changes.as_ref().map(changes_brief),
+                    "changes": match &t.changes {
+                        Some(b) => changes_brief(b),
+                        None if t.profile == "review" => read_only_changes(),
+                        None => Value::Null,
+                    },
                 })
             })
             .collect();
