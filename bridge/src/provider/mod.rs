@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::{BridgeConfig, RuntimeName};
-pub use crate::model::Usage;
 use crate::model::Profile;
+pub use crate::model::Usage;
 
 pub mod cgroup;
 pub mod claude;
@@ -73,7 +73,6 @@ pub enum ProviderEvent {
     /// The turn ended.
     Finished(TurnOutcome),
 }
-
 
 /// How a turn ended, as the provider tells it.
 #[derive(Debug, Clone, PartialEq)]

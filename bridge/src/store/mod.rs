@@ -284,8 +284,8 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 }
 
 #[cfg(test)]
-mod outbox_tests;
-#[cfg(test)]
 mod accounting_tests;
+#[cfg(test)]
+mod outbox_tests;
 #[cfg(test)]
 pub(crate) mod tests;

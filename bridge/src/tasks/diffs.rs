@@ -7,7 +7,7 @@
 )]
 
 use std::fs::OpenOptions;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -42,23 +42,7 @@ fn diff_path(state_dir: &Path, task_id: &str) -> PathBuf {
 
 /// Writes a task's diff to its private spool file (0600, atomically). Blocking.
 pub fn spool(state_dir: &Path, task_id: &str, text: &str) -> Result<(), ToolError> {
-    let fail = |e: std::io::Error| ToolError::internal("cannot spool the task's diff", e);
-    crate::files::ensure_private_dir(&diff_dir(state_dir))
-        .map_err(|e| ToolError::internal("cannot create the diff spool", e))?;
-    let target = diff_path(state_dir, task_id);
-    let temp = diff_dir(state_dir).join(format!(".{task_id}.tmp"));
-    let _ = std::fs::remove_file(&temp);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(&temp)
-        .map_err(fail)?;
-    file.write_all(text.as_bytes()).map_err(fail)?;
-    file.sync_all().map_err(fail)?;
-    drop(file);
-    std::fs::rename(&temp, &target).map_err(fail)
+    super::results::write_spool(&diff_dir(state_dir), &format!("{task_id}.diff"), text, "the task's diff")
 }
 
 /// Reads a chunk of a task's diff — the whole diff, or the section of the file at `path`
@@ -97,25 +81,8 @@ pub fn read_chunk(
     let want = (max_bytes as u64).min(len - offset) as usize;
     let take = (want + 3).min((len - offset) as usize);
     let buf = read_bytes(state_dir, task_id, row, start + offset, take)?;
-    if buf.first().is_some_and(|b| (0x80..0xC0).contains(b)) {
-        return Err(ToolError::new(
-            code::INVALID_RESULT_OFFSET,
-            format!("offset_bytes {offset} falls inside a character"),
-        ));
-    }
-    let mut end = want;
-    while end > 0 && end < buf.len() && (0x80..0xC0).contains(&buf[end]) {
-        end -= 1;
-    }
-    if end == 0 && want > 0 {
-        return Err(ToolError::new(
-            code::INVALID_RESULT_LIMIT,
-            format!("max_bytes {max_bytes} cannot hold the next character"),
-        ));
-    }
-    let text = std::str::from_utf8(&buf[..end])
-        .map_err(|_| ToolError::new(code::AGENT_RESULT_STORAGE_ERROR, "the stored diff is not valid UTF-8"))?;
-    let next = offset + end as u64;
+    let text = super::results::utf8_chunk(&buf, want, offset, max_bytes)?;
+    let next = offset + text.len() as u64;
     Ok(json!({
         "task_id": task_id,
         "path": path,

@@ -68,27 +68,7 @@ pub fn store(state_dir: &Path, task_id: &str, text: &str, threshold: u64) -> Res
             format!("the final response is {size} bytes; the most the bridge keeps is {MAX_SPOOLED_RESULT_BYTES}"),
         ));
     }
-    let storage_error = |e: std::io::Error| ToolError::internal("cannot spool the task result", e);
-    crate::files::ensure_private_dir(&spool_dir(state_dir))
-        .map_err(|e| ToolError::internal("cannot create the result spool", e))?;
-    let target = spool_path(state_dir, task_id);
-    let temp = spool_dir(state_dir).join(format!(".{task_id}.tmp"));
-    let _ = std::fs::remove_file(&temp);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(&temp)
-        .map_err(storage_error)?;
-    file.write_all(text.as_bytes()).map_err(storage_error)?;
-    file.sync_all().map_err(storage_error)?;
-    drop(file);
-    if std::fs::symlink_metadata(&target).is_ok() {
-        let _ = std::fs::remove_file(&temp);
-        return Err(ToolError::new(code::AGENT_RESULT_STORAGE_ERROR, "a spool file for this task already exists"));
-    }
-    std::fs::rename(&temp, &target).map_err(storage_error)?;
+    write_spool(&spool_dir(state_dir), &format!("{task_id}.txt"), text, "the task result")?;
     Ok(ResultFields {
         final_response: utf8_prefix(text, PREVIEW_BYTES.min(threshold as usize)).to_owned(),
         storage: ResultStorage::Spool,
@@ -133,13 +113,58 @@ pub fn read_chunk(
     let mut buf = vec![0u8; (want + 3).min((size - offset) as usize)];
     file.seek(SeekFrom::Start(offset)).map_err(|_| unreadable("cannot seek the spool file".into()))?;
     file.read_exact(&mut buf).map_err(|_| unreadable("cannot read the spool file".into()))?;
+    let text = utf8_chunk(&buf, want, offset, max_bytes)?;
+    let next = offset + text.len() as u64;
+    Ok(json!({
+        "text": text,
+        "offset_bytes": offset,
+        "next_offset_bytes": next,
+        "eof": next >= size,
+    }))
+}
+
+/// Writes `text` as `name` in the private spool directory `dir`, atomically: a 0600 temporary
+/// file, synced, then renamed; an existing file of that name is refused. `what` names the text
+/// in errors. Blocking.
+pub fn write_spool(dir: &Path, name: &str, text: &str, what: &str) -> Result<(), ToolError> {
+    let storage_error = |e: std::io::Error| ToolError::internal(&format!("cannot spool {what}"), e);
+    crate::files::ensure_private_dir(dir)
+        .map_err(|e| ToolError::internal(&format!("cannot create the spool for {what}"), e))?;
+    let target = dir.join(name);
+    let temp = dir.join(format!(".{name}.tmp"));
+    let _ = std::fs::remove_file(&temp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&temp)
+        .map_err(storage_error)?;
+    file.write_all(text.as_bytes()).map_err(storage_error)?;
+    file.sync_all().map_err(storage_error)?;
+    drop(file);
+    if std::fs::symlink_metadata(&target).is_ok() {
+        let _ = std::fs::remove_file(&temp);
+        return Err(ToolError::new(
+            code::AGENT_RESULT_STORAGE_ERROR,
+            format!("a spool file for {what} already exists"),
+        ));
+    }
+    std::fs::rename(&temp, &target).map_err(storage_error)
+}
+
+/// The text of a chunk: `buf` holds the bytes from `offset` on — `want` asked for and up to
+/// three more, so a character cut at the end is seen — and the chunk ends before any partial
+/// character. An offset inside a character, or a limit that cannot hold the next one, is
+/// refused by name.
+pub fn utf8_chunk(buf: &[u8], want: usize, offset: u64, max_bytes: usize) -> Result<&str, ToolError> {
     if buf.first().is_some_and(|b| (0x80..0xC0).contains(b)) {
         return Err(ToolError::new(
             code::INVALID_RESULT_OFFSET,
             format!("offset_bytes {offset} falls inside a character"),
         ));
     }
-    let mut end = want;
+    let mut end = want.min(buf.len());
     while end > 0 && end < buf.len() && (0x80..0xC0).contains(&buf[end]) {
         end -= 1;
     }
@@ -149,14 +174,8 @@ pub fn read_chunk(
             format!("max_bytes {max_bytes} cannot hold the next character"),
         ));
     }
-    let text = std::str::from_utf8(&buf[..end]).map_err(|_| unreadable("the spool file is not valid UTF-8".into()))?;
-    let next = offset + end as u64;
-    Ok(json!({
-        "text": text,
-        "offset_bytes": offset,
-        "next_offset_bytes": next,
-        "eof": next >= size,
-    }))
+    std::str::from_utf8(&buf[..end])
+        .map_err(|_| ToolError::new(code::AGENT_RESULT_STORAGE_ERROR, "the stored text is not valid UTF-8"))
 }
 
 /// Deletes these tasks' spool files, those present, off the reactor.
