@@ -139,6 +139,7 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     let cgroups = tasks.providers().containment().cgroups().cloned();
     let _ = tokio::task::spawn_blocking(move || {
         crate::provider::sandbox::sweep_private_tmps(&state_dir, &[]);
+        crate::provider::snapshot::sweep(&state_dir, &[]);
         if let Some(cgroups) = cgroups {
             cgroups.sweep_empty();
         }

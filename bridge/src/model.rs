@@ -331,8 +331,9 @@ impl Principal {
 }
 
 /// Token usage and cost as a runtime reports them for one task (all turns of this task, none
-/// of an earlier task whose session it continues). Figures are the runtime's own: Codex counts
-/// cached input inside `input_tokens`, Claude Code counts it apart.
+/// of an earlier task whose session it continues). `input_tokens` counts every prompt token,
+/// cached ones included (Claude Code reports its cache reads and writes apart: the provider
+/// adds them in), so `cached_input_tokens ≤ input_tokens` for every runtime.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
     /// Input (prompt) tokens.

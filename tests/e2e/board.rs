@@ -283,3 +283,85 @@ async fn a_session_is_bound_to_its_browser_and_a_clipped_approval_is_shown_whole
     assert!(page.body.contains("rm -rf ~/precious-files"), "the whole request is on the page");
     assert!(page.body.contains("Approve for this session"), "a request shown whole keeps its decisions");
 }
+
+/// A writer task's page shows what it changed and cost: the change list with `+N −M`, the diff
+/// coloured file by file (and one file's alone), a long diff paged; the task list shows the
+/// title, duration and change counts. In headless Chromium, with screenshots.
+#[tokio::test]
+async fn a_tasks_change_set_and_usage_read_on_its_page_in_a_real_browser() {
+    let Some((chromium, driver)) = browser_or_skip("board diff view test") else { return };
+    let b = TestBridge::start().await;
+    std::fs::write(b.repo.join("notes.txt"), "alpha\nbeta\ngamma\n").unwrap();
+    let id = b
+        .submit("exec:printf 'alpha\\nBETA <b>bold</b>\\ngamma\\n' > notes.txt && printf 'one\\ntwo\\n' > added.txt")
+        .await;
+    let t = b.wait_terminal(&id).await;
+    assert_eq!(t["changes"]["status"], "recorded", "{t:#}");
+    // A diff longer than one page (64 KiB): 3,000 lines of 40 bytes.
+    let long = b.submit("exec:seq -f 'line %035g' 3000 > long.txt").await;
+    assert_eq!(b.wait_terminal(&long).await["changes"]["files_changed"], 1);
+    let (token, addr) = token(&b);
+    let shots = screenshot_dir();
+    let base = format!("http://{addr}");
+    let browser = tokio::task::spawn_blocking(move || Browser::start(&chromium, &driver)).await.unwrap();
+    let (i, l) = (id.clone(), long.clone());
+    let run = tokio::task::spawn_blocking(move || {
+        let url = |path: &str| format!("{base}{path}");
+        browser.goto(&url("/login"));
+        let field = browser.wait_for("input[name=token]", Duration::from_secs(10));
+        browser.type_into(&field, &token);
+        browser.click(&browser.wait_for("form[action='/login'] button", Duration::from_secs(5)));
+        browser.wait_for("main h1", Duration::from_secs(10));
+        // The list: title, duration, +N −M.
+        let home = browser.source();
+        assert!(home.contains("exec:printf"), "the title is listed");
+        assert!(home.contains("<span class=\"add\">+3</span> <span class=\"del\">−1</span>"), "{home}");
+        browser.screenshot(&shots.join("tasks-list-review.png"));
+
+        browser.goto(&url(&format!("/tasks/{i}")));
+        browser.wait_for(".diff-file", Duration::from_secs(10));
+        let sections = browser.script("return document.querySelectorAll('.diff-file').length");
+        assert_eq!(sections, json!(2), "one section per file");
+        let added = browser.script(
+            "return [...document.querySelectorAll('.diff-file span.add')].map(s => [s.textContent, getComputedStyle(s).backgroundColor])",
+        );
+        let added = added.as_array().unwrap();
+        assert!(added.iter().any(|a| a[0] == "+BETA <b>bold</b>"), "the markup is shown, not rendered: {added:?}");
+        assert!(added.iter().all(|a| a[1] == "rgb(230, 255, 236)"), "additions are green: {added:?}");
+        let removed = browser.script(
+            "return [...document.querySelectorAll('.diff-file span.del')].map(s => [s.textContent, getComputedStyle(s).backgroundColor])",
+        );
+        assert_eq!(removed, json!([["-beta", "rgb(255, 235, 233)"]]), "removals are red");
+        assert_eq!(
+            browser.script("return document.querySelectorAll('.diff b').length"),
+            json!(0),
+            "no injected markup"
+        );
+        assert!(browser.source().contains("Run time"), "the usage card is there");
+        browser.script("document.getElementById('diff').scrollIntoView(); return true");
+        browser.screenshot(&shots.join("task-diff.png"));
+        // One file's section alone.
+        browser.goto(&url(&format!("/tasks/{i}?file=added.txt")));
+        browser.wait_for(".diff-file", Duration::from_secs(10));
+        assert_eq!(browser.script("return document.querySelectorAll('.diff-file').length"), json!(1));
+        assert!(!browser.source().contains("notes.txt</span>"));
+        // A long diff, paged.
+        browser.goto(&url(&format!("/tasks/{l}")));
+        let next = browser.wait_for("a[href*='diff_offset=']", Duration::from_secs(10));
+        let first_lines = browser.script("return document.querySelectorAll('.diff-file span.add').length");
+        browser.script("document.getElementById('diff').scrollIntoView(); return true");
+        browser.screenshot(&shots.join("task-diff-paged.png"));
+        browser.click(&next);
+        browser.wait_url("diff_offset=", Duration::from_secs(10));
+        browser.wait_for(".diff-file span.add", Duration::from_secs(10));
+        let page_two = browser.script("return document.querySelector('.diff-file span.add').textContent");
+        let n = first_lines.as_u64().unwrap();
+        assert!(n > 100 && n < 3000, "the first page holds part of the diff: {n} lines");
+        assert!(
+            page_two.as_str().is_some_and(|l| l.starts_with("+line 0")),
+            "a page starts at a whole line: {page_two}"
+        );
+    });
+    run.await.unwrap_or_else(|e| panic!("browser steps failed: {e}\n{}", b.log()));
+    e2e::measured(format_args!("board review screenshots in {}", screenshot_dir().display()));
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use e2e::model::messages::{self, HELLO};
-use e2e::real::{CLAUDE_VERSION, Cli, RealBridge};
+use e2e::real::{Cli, RealBridge, claude_version};
 use e2e::{event_types, marker_pids, poll_until};
 
 use crate::codex::parent_of;
@@ -18,19 +18,44 @@ async fn claude_plain_task_succeeds_with_the_models_answer() {
     let runtimes = r.b.call("list_agent_runtimes", json!({})).await.expect("runtimes");
     let claude = runtimes["runtimes"].as_array().unwrap().iter().find(|x| x["name"] == "claude").cloned().unwrap();
     assert_eq!(claude["available"], true, "{runtimes:#}");
-    assert_eq!(claude["version"], CLAUDE_VERSION);
+    assert_eq!(claude["version"], claude_version());
     assert_eq!(claude["live_steer"], false);
     let models = r.b.call("list_agent_models", json!({ "runtime": "claude" })).await.expect("models");
-    assert_eq!(models["status"], "unsupported", "{models:#}");
+    // Claude Code's own catalog, through its `list_models` control request.
+    assert_eq!(models["status"], "ok", "{models:#}\n{}", r.b.log());
+    assert_eq!(models["scope"], "runtime_catalog", "{models:#}");
+    let listed = models["models"].as_array().unwrap();
+    assert!(listed.iter().any(|m| m["id"] == "default" && m["is_default"] == true), "{models:#}");
+    assert!(listed.iter().any(|m| m["id"] == "sonnet"), "{models:#}");
+    assert_eq!(claude["model_discovery"], "runtime_catalog", "{claude:#}");
     assert!(r.server.posts("/v1/messages").is_empty(), "listing must not start inference");
 
     let id = r.submit("say hello").await;
     let t = r.finish(&id).await;
     assert_eq!(t["status"], "succeeded", "{t:#}\n{}", r.b.log());
     assert_eq!(t["final_response"], HELLO);
+    // The usage is what the scripted server reported over this task's requests (the cache
+    // reads and writes counted into the input), and the cost is the CLI's own figure.
+    let posts =
+        r.server.posts("/v1/messages").iter().filter(|p| p.path.split('?').next() == Some("/v1/messages")).count()
+            as u64;
+    let [input, read, write, output] = messages::USAGE;
+    let usage = &t["usage"];
+    assert!(posts >= 1);
+    assert_eq!(usage["input_tokens"], (input + read + write) * posts, "{usage:#} over {posts} requests");
+    assert_eq!(usage["cached_input_tokens"], read * posts, "{usage:#}");
+    assert_eq!(usage["cache_write_input_tokens"], write * posts, "{usage:#}");
+    assert_eq!(usage["output_tokens"], output * posts, "{usage:#}");
+    // Claude prices the scripted tokens at its default model's rates: a positive figure, which
+    // the admin totals carry unchanged.
+    let cost = usage["cost_usd"].as_f64().expect("Claude reports a cost");
+    assert!(cost > 0.0, "{usage:#}");
+    let totals = r.b.call("admin_list_tasks", json!({})).await.expect("list")["totals"]["overall"].clone();
+    assert_eq!(totals["cost_usd"].as_f64(), Some(cost), "{totals:#}");
+    assert_eq!(totals["output_tokens"], output * posts, "{totals:#}");
     let events = r.b.all_events(&id).await;
     let types = event_types(&events);
-    for expected in ["task.started", "turn.started", "agent.message", "task.completed"] {
+    for expected in ["task.started", "turn.started", "agent.message", "usage.updated", "task.completed"] {
         assert!(types.iter().any(|t| t == expected), "no {expected} in {types:?}");
     }
     let text = serde_json::to_string(&events).unwrap();

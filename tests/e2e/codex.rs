@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use e2e::model::responses::{self, HELLO};
-use e2e::real::{CODEX_VERSION, Cli, RealBridge};
+use e2e::real::{Cli, RealBridge, codex_version};
 use e2e::{event_types, marker_pids, poll_until};
 
 #[tokio::test]
@@ -16,7 +16,7 @@ async fn codex_plain_task_succeeds_with_the_models_answer() {
     let runtimes = r.b.call("list_agent_runtimes", json!({})).await.expect("runtimes");
     let codex = runtimes["runtimes"].as_array().unwrap().iter().find(|x| x["name"] == "codex").cloned().unwrap();
     assert_eq!(codex["available"], true, "{runtimes:#}");
-    assert_eq!(codex["version"], CODEX_VERSION);
+    assert_eq!(codex["version"], codex_version());
     assert_eq!(codex["live_steer"], true);
     let models = r.b.call("list_agent_models", json!({ "runtime": "codex" })).await.expect("models");
     assert_eq!(models["status"], "ok", "{models:#}");
@@ -27,9 +27,19 @@ async fn codex_plain_task_succeeds_with_the_models_answer() {
     let t = r.finish(&id).await;
     assert_eq!(t["status"], "succeeded", "{t:#}\n{}", r.b.log());
     assert_eq!(t["final_response"], HELLO);
+    // The usage is what the scripted server reported, summed over this task's requests.
+    let posts = r.server.posts("/responses").len() as u64;
+    let [input, cached, output, reasoning] = responses::USAGE;
+    let usage = &t["usage"];
+    assert!(posts >= 1);
+    assert_eq!(usage["input_tokens"], input * posts, "{usage:#} over {posts} requests");
+    assert_eq!(usage["cached_input_tokens"], cached * posts, "{usage:#}");
+    assert_eq!(usage["output_tokens"], output * posts, "{usage:#}");
+    assert_eq!(usage["reasoning_tokens"], reasoning * posts, "{usage:#}");
+    assert_eq!(usage["model"], "scripted-model", "{usage:#}");
     let events = r.b.all_events(&id).await;
     let types = event_types(&events);
-    for expected in ["task.started", "turn.started", "agent.message", "task.completed"] {
+    for expected in ["task.started", "turn.started", "agent.message", "usage.updated", "task.completed"] {
         assert!(types.iter().any(|t| t == expected), "no {expected} in {types:?}");
     }
     let text = serde_json::to_string(&events).unwrap();

@@ -28,7 +28,9 @@ impl TestBridge {
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             // Tight loop on purpose: the window is a few milliseconds wide.
             let started = loop {
-                if child_pids(bridge).iter().any(|&pid| environ_has(pid, &marker)) {
+                // The provider, not the git of the change-set baseline taken just before it.
+                let provider = |pid: i32| environ_has(pid, &marker) && !environ_has(pid, "AGENT_BRIDGE_SNAPSHOT=1");
+                if child_pids(bridge).iter().any(|&pid| provider(pid)) {
                     break true;
                 }
                 if std::time::Instant::now() > deadline {

@@ -13,10 +13,22 @@ use tempfile::TempDir;
 use crate::model::{ModelServer, messages, responses};
 use crate::{Options, TestBridge};
 
-/// The pinned Codex CLI version (`.ci/install-clis` installs it).
-pub const CODEX_VERSION: &str = "0.169.0";
-/// The pinned Claude Code version.
-pub const CLAUDE_VERSION: &str = "2.1.328";
+/// The pinned Codex CLI version (`.ci/install-clis` installs it; the previous pin, 0.169.0, is
+/// tested too: `.ci/test` runs the real-CLI tests again with `AGENT_BRIDGE_TEST_CODEX_BIN` and
+/// `AGENT_BRIDGE_TEST_CODEX_VERSION` naming it).
+pub const CODEX_VERSION: &str = "0.171.0";
+/// The pinned Claude Code version (the previous pin, 2.1.328, likewise).
+pub const CLAUDE_VERSION: &str = "2.1.332";
+
+/// The Codex version under test: the pin, or `AGENT_BRIDGE_TEST_CODEX_VERSION`.
+pub fn codex_version() -> String {
+    std::env::var("AGENT_BRIDGE_TEST_CODEX_VERSION").unwrap_or_else(|_| CODEX_VERSION.to_owned())
+}
+
+/// The Claude Code version under test: the pin, or `AGENT_BRIDGE_TEST_CLAUDE_VERSION`.
+pub fn claude_version() -> String {
+    std::env::var("AGENT_BRIDGE_TEST_CLAUDE_VERSION").unwrap_or_else(|_| CLAUDE_VERSION.to_owned())
+}
 /// The variable naming the Codex provider key in the scripted `config.toml`.
 pub const CODEX_KEY_VAR: &str = "CODEX_SCRIPTED_API_KEY";
 

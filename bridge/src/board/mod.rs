@@ -46,6 +46,7 @@ mod login;
 mod notify_pages;
 mod pages;
 mod plan_pages;
+mod review;
 
 use crate::registry::sessions::{Session, Sessions};
 use guard::PublicUrl;

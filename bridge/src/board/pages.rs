@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::html::{self, Nav, badge, csrf_field, text, urlencode, when};
 use super::plan_pages::pending_card;
+use super::review;
 use super::{Board, error_page, html_response, to_login};
 use crate::html;
 use crate::model::TaskStatus;
@@ -29,7 +30,7 @@ pub fn task_table(tasks: &[Value]) -> String {
     }
     let mut out = String::from(
         "<table><thead><tr><th>State</th><th>Task</th><th>Runtime</th><th>Workdir</th><th>Profile</th>\
-         <th>Owner</th><th>Created</th><th>Error</th></tr></thead><tbody>",
+         <th>Owner</th><th>Created</th><th>Duration</th><th>Cost</th><th>Changes</th><th>Error</th></tr></thead><tbody>",
     );
     for t in tasks {
         let id = text(&t["task_id"]);
@@ -37,15 +38,24 @@ pub fn task_table(tasks: &[Value]) -> String {
         out.push_str(&badge(t["status"].as_str().unwrap_or("")));
         html!(
             out,
-            "</td><td><a class=\"mono\" href=\"/tasks/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>",
+            "</td><td><a class=\"mono\" href=\"/tasks/{}\">{}</a><div class=\"title\">{}</div></td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>",
             id,
             id,
+            t["title"].as_str().unwrap_or(""),
             text(&t["runtime"]),
             text(&t["workdir"]),
             text(&t["profile"]),
             text(&t["owner"])
         );
         out.push_str(&when(&t["created_at"]));
+        html!(
+            out,
+            "</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>",
+            review::duration(&t["duration_ms"]),
+            review::cost(&t["usage"])
+        );
+        out.push_str(&review::change_counts(&t["changes"]));
         html!(out, "</td><td><code>{}</code></td></tr>", t["error_code"].as_str().unwrap_or(""));
     }
     out.push_str("</tbody></table>");
@@ -248,7 +258,10 @@ pub async fn task(
         Ok(t) => t,
         Err(e) => return error_page(&board, &authed, "Showing this task", &e, "/").await,
     };
-    let title = format!("Task {id}");
+    let title = match t["title"].as_str() {
+        Some(name) => format!("Task {id}: {name}"),
+        None => format!("Task {id}"),
+    };
     let frame = board.frame(&title, Nav::Tasks, &authed).await;
     let csrf = &authed.session.csrf;
     let mut body = String::from("<div class=\"card\"><div class=\"row\">");
@@ -312,6 +325,9 @@ pub async fn task(
             body.push_str("<p class=\"meta\">The start of a longer result (read it all with <code>agent-bridge tasks result</code>).</p>");
         }
     }
+    body.push_str(&review::usage_card(&t));
+    let diff_offset = query(&q, "diff_offset").and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
+    body.push_str(&review::changes_section(&board, &id, &t, query(&q, "file"), diff_offset).await);
     body.push_str("<h2>Timeline</h2>");
     // A page of events at a time: `?after=N` shows those after event N.
     let after = query(&q, "after").and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);

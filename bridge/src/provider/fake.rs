@@ -93,6 +93,15 @@ pub enum FromChild {
         /// Normalized question payload.
         payload: Value,
     },
+    /// Token usage so far (cumulative), as a real runtime reports it.
+    Usage {
+        /// Input tokens.
+        input_tokens: u64,
+        /// Output tokens.
+        output_tokens: u64,
+        /// Cost in USD.
+        cost_usd: Option<f64>,
+    },
     /// The child withdrew a request.
     Withdrawn {
         /// The child's request id.
@@ -222,6 +231,13 @@ async fn read_child<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, events: m
             Ok(FromChild::Approval { id, payload }) => ProviderEvent::Approval { native_id: id, payload },
             Ok(FromChild::Question { id, payload }) => ProviderEvent::Question { native_id: id, payload },
             Ok(FromChild::Withdrawn { id }) => ProviderEvent::Withdrawn { native_id: id },
+            Ok(FromChild::Usage { input_tokens, output_tokens, cost_usd }) => ProviderEvent::Usage(super::Usage {
+                input_tokens,
+                output_tokens,
+                cost_usd,
+                model: Some("fake-scripted".to_owned()),
+                ..Default::default()
+            }),
             Ok(FromChild::Result { text }) => ProviderEvent::Finished(TurnOutcome::Completed(text)),
             Ok(FromChild::Failed { message }) => {
                 ProviderEvent::Finished(TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message })

@@ -3,7 +3,8 @@
 //!
 //! Its prompt is a script, one command:
 //! `complete:TEXT`, `approval:TEXT`, `question:TEXT`, `wait:SECONDS`, `fail:TEXT`, `crash`,
-//! `ignore-interrupt:SECONDS`, `orphan:SECONDS`, `events:N`, `big:BYTES`, `cwd`, `exec:COMMAND`
+//! `ignore-interrupt:SECONDS`, `orphan:SECONDS`, `events:N`, `big:BYTES`, `cwd`,
+//! `usage:IN/OUT/COST` (reports that token usage and cost, then completes), `exec:COMMAND`
 //! (runs `sh -c COMMAND` inside the task, as an agent's tool would, and answers with its exit
 //! status and output: the tests' way to act as a hostile agent); anything else
 //! is echoed back as the result. Steering text is echoed as an `agent.message` event while the
@@ -180,6 +181,20 @@ impl Agent {
                 None => failed(format!("wait needs a number of seconds, got {arg:?}")),
             },
             "fail" => failed(arg.to_owned()),
+            "usage" => {
+                // `usage:IN/OUT/COST`: reports that usage, then completes.
+                let parts: Vec<&str> = arg.trim().split('/').collect();
+                match parts.as_slice() {
+                    [i, o, c] => match (i.parse(), o.parse(), c.parse::<f64>()) {
+                        (Ok(input_tokens), Ok(output_tokens), Ok(cost)) => {
+                            emit(&FromChild::Usage { input_tokens, output_tokens, cost_usd: Some(cost) });
+                            finish(format!("used {arg}"))
+                        }
+                        _ => failed(format!("usage needs IN/OUT/COST numbers, got {arg:?}")),
+                    },
+                    _ => failed(format!("usage needs IN/OUT/COST, got {arg:?}")),
+                }
+            }
             "exec" => exec(arg),
             "crash" => {
                 event("agent.message", json!({ "text": "about to crash" }));

@@ -34,6 +34,8 @@ pub mod probe;
 pub mod process;
 pub mod procfs;
 pub mod sandbox;
+pub mod snapshot;
+pub mod usage;
 
 use process::{ProofMaterial, StopProof, Supervised};
 
@@ -268,6 +270,7 @@ pub struct Providers {
     codex: codex::CodexRuntime,
     claude: claude::ClaudeRuntime,
     containment: sandbox::Containment,
+    snapshots: snapshot::Snapshots,
 }
 
 impl Providers {
@@ -292,13 +295,20 @@ impl Providers {
             binary
         };
         let codex = codex::CodexRuntime::new(&found(&config.codex, "codex"), base_env.clone(), containment.clone());
+        let git = probe::which("git", base_env.get("PATH"));
+        let snapshots = snapshot::Snapshots::new(git, containment.clone());
         let claude = claude::ClaudeRuntime::new(&found(&config.claude, "claude"), base_env, containment.clone());
-        Providers { fake, codex, claude, containment }
+        Providers { fake, codex, claude, containment, snapshots }
     }
 
     /// What tasks run under (decided at startup).
     pub fn containment(&self) -> &sandbox::Containment {
         &self.containment
+    }
+
+    /// The change-set snapshots of writer tasks.
+    pub fn snapshots(&self) -> &snapshot::Snapshots {
+        &self.snapshots
     }
 
     /// Probes a runtime (a real CLI's probe is cached briefly; it never starts inference).

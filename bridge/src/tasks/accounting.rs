@@ -16,10 +16,20 @@ use crate::store::tasks::TaskRow;
 pub const TITLE_CHARS: usize = 80;
 
 /// A task's title: the first non-blank line of its prompt, trimmed, at most [`TITLE_CHARS`]
-/// characters (an ellipsis marks a cut), control characters removed.
+/// characters (an ellipsis marks a cut), control characters removed, and every absolute path
+/// in it shown as `<path>` (a title is shown in lists and on the board, where no host path
+/// belongs, even one the caller wrote).
 pub fn title_of(prompt: &str) -> Option<String> {
     let line = prompt.lines().map(str::trim).find(|l| !l.is_empty())?;
     let clean: String = line.chars().filter(|c| !c.is_control()).collect();
+    let clean = clean
+        .split(' ')
+        .map(|w| {
+            let bare = w.trim_start_matches(['(', '"', '\'', '`', '[']);
+            if bare.starts_with('/') && bare.len() > 1 || bare.starts_with("~/") { "<path>" } else { w }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     if clean.chars().count() <= TITLE_CHARS {
         return Some(clean);
     }
@@ -101,6 +111,10 @@ mod tests {
         assert_eq!(t.chars().count(), TITLE_CHARS);
         assert!(t.ends_with('…'));
         assert_eq!(title_of("a\u{7}b\u{1b}[31m"), Some("ab[31m".into()));
+        assert_eq!(
+            title_of("APPLY_PATCH: /root/outside/x.txt then (\"/etc/passwd\") ~/.ssh/id and a/b / c"),
+            Some("APPLY_PATCH: <path> then <path> <path> and a/b / c".into())
+        );
     }
 
     #[test]

@@ -8,10 +8,11 @@ use serde_json::json;
 
 use super::job::{Ending, Job, lifecycle, transition};
 use super::redact::Redactor;
-use super::{Inner, results};
+use super::{Inner, changes, diffs, results};
 use crate::lease::Lease;
 use crate::model::{ResultStorage, TaskStatus};
 use crate::provider::process::{StopProof, marker_pids};
+use crate::provider::snapshot::{self, Baseline};
 use crate::store::StoreError;
 use crate::store::events::NewEvent;
 use crate::store::tasks::{TaskRow, TransitionFields};
@@ -21,8 +22,12 @@ use crate::store::tasks::{TaskRow, TransitionFields};
 /// terminal state finds the workdir already free. (A task someone else made terminal, e.g. a
 /// cancel, keeps its state; its lease is released only now, after cleanup: seed 001 §14.1.)
 pub(super) async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &Redactor) {
-    let Job { inner, task, lease, .. } = job;
+    let Job { inner, task, lease, baseline, .. } = job;
     let task_id = task.task_id.clone();
+    // The change set is taken before the lease goes: no other writer can have touched it.
+    if let Some(baseline) = baseline {
+        record_changes(&inner, &task_id, baseline, redactor).await;
+    }
     release(&inner, &task, lease, proof.as_ref()).await;
     // The provider can add no event any more: the count is final. The marker goes before the
     // terminal event this runner writes, so a reader who reads up to the terminal state has
@@ -39,6 +44,54 @@ pub(super) async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, r
     inner.active.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
     inner.changes.notify(&task_id);
     inner.collect_garbage().await;
+}
+
+/// Computes and stores a writer task's change set against its baseline (or why there is
+/// none), with its event; the private snapshot directory goes afterwards.
+async fn record_changes(inner: &Arc<Inner>, task_id: &str, baseline: Result<Baseline, String>, redactor: &Redactor) {
+    let (state_dir, threshold) = (inner.config.state_dir.clone(), inner.config.limits.result_spool_threshold_bytes);
+    let changes = match &baseline {
+        Err(why) => changes::not_recorded(redactor.text(why), None),
+        Ok(b) => match inner.providers.snapshots().change_set(task_id, b).await {
+            Err(why) => changes::not_recorded(redactor.text(&why), Some(b.method)),
+            Ok(raw) => {
+                let (id, r, method) = (task_id.to_owned(), redactor.clone(), b.method);
+                tokio::task::spawn_blocking(move || match changes::parse(&raw, &r) {
+                    Ok(set) => changes::recorded(&state_dir, &id, &set, method, threshold)
+                        .unwrap_or_else(|e| changes::not_recorded(e.message, Some(method))),
+                    Err(why) => changes::not_recorded(format!("git's output could not be read: {why}"), Some(method)),
+                })
+                .await
+                .unwrap_or_else(|_| changes::not_recorded("the change set could not be computed".into(), Some(method)))
+            }
+        },
+    };
+    if let Ok(b) = baseline {
+        let dir = b.dir;
+        let _ = tokio::task::spawn_blocking(move || snapshot::remove(&dir)).await;
+    }
+    let event = match changes.status {
+        "recorded" => NewEvent::new(
+            "changes.recorded",
+            json!({
+                "files_changed": changes.files_changed,
+                "added": changes.added,
+                "removed": changes.removed,
+                "truncated": changes.truncated,
+            }),
+        ),
+        _ => NewEvent::new("changes.not_recorded", json!({ "reason": changes.reason })),
+    };
+    let spooled = changes.diff_storage == Some(ResultStorage::Spool);
+    let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let stored = inner.store.call(move |s| s.put_changes(&id, &changes, &event, now)).await;
+    if let Err(e) = &stored {
+        tracing::warn!(cause = %e, "cannot store the change set");
+    }
+    // Not stored (the task is gone, or already has one): its spool file goes too.
+    if spooled && !matches!(stored, Ok(true)) {
+        diffs::delete(inner.config.state_dir.clone(), vec![task_id.to_owned()]).await;
+    }
 }
 
 async fn release(inner: &Arc<Inner>, task: &TaskRow, lease: Option<Lease>, proof: Option<&StopProof>) {

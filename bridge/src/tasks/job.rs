@@ -12,6 +12,7 @@ use super::{Control, Inner};
 use crate::config::RuntimeName;
 use crate::lease::Lease;
 use crate::model::{Profile, TaskStatus};
+use crate::provider::snapshot::Baseline;
 use crate::store::StoreError;
 use crate::store::events::NewEvent;
 use crate::store::tasks::{TaskRow, TransitionFields};
@@ -27,6 +28,11 @@ pub(super) struct Job {
     pub model: Option<String>,
     pub resume_session: Option<String>,
     pub lease: Option<Lease>,
+    /// The workdir's root (a writer task's change set covers all of it).
+    pub workdir_root: PathBuf,
+    /// A writer task's baseline, or why none could be taken (`None`: not a writer, or the
+    /// task ended before it started).
+    pub baseline: Option<Result<Baseline, String>>,
     pub cancel: CancellationToken,
     pub control: mpsc::Receiver<Control>,
 }

@@ -22,6 +22,7 @@ use crate::store::Store;
 use crate::store::tasks::TaskRow;
 
 pub mod accounting;
+pub mod changes;
 pub mod diffs;
 mod ending;
 mod interact;

@@ -51,6 +51,18 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     if transition(&inner, &task_id, TaskStatus::Starting, started).await.is_err() {
         return (Ending::AlreadyTerminal, None);
     }
+    if job.lease.is_some() {
+        // The baseline is taken while the writer lease is held and before the agent runs.
+        let dir = crate::provider::snapshot::snapshot_dir(&inner.config.state_dir, &task_id);
+        let taken = inner.providers.snapshots().baseline(&task_id, &job.workdir_root, &dir).await;
+        if let Err(why) = &taken {
+            tracing::warn!(reason = %why, "no baseline for the change set");
+        }
+        job.baseline = Some(taken);
+        if job.cancel.is_cancelled() {
+            return (Ending::AlreadyTerminal, None);
+        }
+    }
     let spec = StartSpec {
         task_id: task_id.clone(),
         cwd: job.cwd.clone(),

@@ -235,6 +235,8 @@ impl TaskService {
             model: req.model,
             resume_session,
             lease,
+            workdir_root: workdir.path.clone(),
+            baseline: None,
             cancel,
             control: control_rx,
         };

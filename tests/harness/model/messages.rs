@@ -28,6 +28,14 @@ use super::{ModelServer, Reply, Request, after, not_found};
 /// The default answer.
 pub const HELLO: &str = "Hello from the scripted Messages server.";
 
+/// The usage every message reports: uncached input tokens, cache reads, cache writes, output.
+pub const USAGE: [u64; 4] = [12, 1000, 200, 34];
+
+fn usage(output: u64) -> Value {
+    let [input, read, write, _] = USAGE;
+    json!({ "input_tokens": input, "cache_read_input_tokens": read, "cache_creation_input_tokens": write, "output_tokens": output })
+}
+
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
 /// Starts the scripted Messages server.
@@ -128,7 +136,7 @@ fn start_event(n: u64) -> (String, Value) {
         json!({ "type": "message_start", "message": {
             "id": format!("msg_scripted_{n}"), "type": "message", "role": "assistant", "model": "scripted-model",
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": { "input_tokens": 10, "output_tokens": 1 } } }),
+            "usage": usage(1) } }),
     )
 }
 
@@ -136,7 +144,7 @@ fn end_events(stop_reason: &str) -> Vec<(String, Value)> {
     vec![
         (
             "message_delta".into(),
-            json!({ "type": "message_delta", "delta": { "stop_reason": stop_reason, "stop_sequence": null }, "usage": { "output_tokens": 5 } }),
+            json!({ "type": "message_delta", "delta": { "stop_reason": stop_reason, "stop_sequence": null }, "usage": { "output_tokens": USAGE[3] } }),
         ),
         ("message_stop".into(), json!({ "type": "message_stop" })),
     ]
@@ -147,7 +155,7 @@ fn whole(n: u64, content: Value, stop_reason: &str) -> Reply {
         200,
         json!({ "id": format!("msg_scripted_{n}"), "type": "message", "role": "assistant", "model": "scripted-model",
                 "content": content, "stop_reason": stop_reason, "stop_sequence": null,
-                "usage": { "input_tokens": 10, "output_tokens": 5 } }),
+                "usage": usage(USAGE[3]) }),
     )
 }
 

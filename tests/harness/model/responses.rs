@@ -23,6 +23,10 @@ use super::{ModelServer, Reply, Request, after, not_found};
 /// The default answer.
 pub const HELLO: &str = "Hello from the scripted Responses server.";
 
+/// The usage every response reports: input tokens (cached included), cached input tokens,
+/// output tokens, reasoning tokens.
+pub const USAGE: [u64; 4] = [1200, 1000, 34, 12];
+
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
 /// Starts the scripted Responses server.
@@ -125,9 +129,11 @@ fn created(n: u64) -> (String, Value) {
 }
 
 fn completed(n: u64) -> (String, Value) {
+    let [input, cached, output, reasoning] = USAGE;
     let usage = json!({
-        "input_tokens": 10, "input_tokens_details": { "cached_tokens": 0 },
-        "output_tokens": 5, "output_tokens_details": { "reasoning_tokens": 0 }, "total_tokens": 15,
+        "input_tokens": input, "input_tokens_details": { "cached_tokens": cached },
+        "output_tokens": output, "output_tokens_details": { "reasoning_tokens": reasoning },
+        "total_tokens": input + output,
     });
     (
         "response.completed".into(),

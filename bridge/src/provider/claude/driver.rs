@@ -44,6 +44,8 @@ struct State {
     declined: HashSet<String>,
     interrupted: bool,
     next_id: u64,
+    /// The model `system/init` named.
+    model: Option<String>,
 }
 
 fn control_response(request_id: &str, body: Value) -> Value {
@@ -152,6 +154,9 @@ impl Driver {
             }
             "system" => {
                 let session = msg.get("session_id").and_then(Value::as_str).filter(|s| !s.is_empty());
+                if msg.get("subtype").and_then(Value::as_str) == Some("init") {
+                    state.model = msg.get("model").and_then(Value::as_str).map(str::to_owned);
+                }
                 if msg.get("subtype").and_then(Value::as_str) == Some("init")
                     && let Some(session) = session
                     && !state.session_seen
@@ -191,6 +196,9 @@ impl Driver {
                 }
             }
             "result" => {
+                if let Some(usage) = crate::provider::usage::claude_result(&msg, state.model.as_deref()) {
+                    self.emit(ProviderEvent::Usage(usage)).await;
+                }
                 let ok = msg.get("subtype").and_then(Value::as_str) == Some("success")
                     && !msg.get("is_error").and_then(Value::as_bool).unwrap_or(false);
                 return Some(if state.interrupted {

@@ -33,6 +33,7 @@ mod driver;
 pub mod map;
 #[cfg(test)]
 mod map_fuzz;
+mod models;
 
 /// The Claude Code runtime.
 #[derive(Debug, Clone)]
@@ -42,7 +43,12 @@ pub struct ClaudeRuntime {
     base_env: BaseEnv,
     probe: Arc<ProbeCache>,
     containment: Containment,
+    /// The last catalog `list_models` gave, and when.
+    catalog: Arc<tokio::sync::Mutex<Option<(std::time::Instant, Value)>>>,
 }
+
+/// How long a listed catalog is reused.
+const CATALOG_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The command line for a turn.
 pub fn args(spec: &StartSpec) -> Vec<OsString> {
@@ -91,6 +97,7 @@ impl ClaudeRuntime {
             base_env,
             probe: Arc::default(),
             containment,
+            catalog: Arc::default(),
         }
     }
 
@@ -112,6 +119,7 @@ impl ClaudeRuntime {
             RuntimeInfo::unavailable(RuntimeName::Claude, "no executable is configured (SERVERFS_CLAUDE_BIN)");
         info.model_override = true;
         let Some(bin) = &self.bin else { return info };
+        info.model_discovery = "runtime_catalog";
         match self.probe.get(bin, self.env(), probe::parse_claude).await {
             Probed::Version(v) => {
                 info.available = true;
@@ -157,15 +165,31 @@ impl ClaudeRuntime {
         })
     }
 
-    /// Claude Code has no model listing that works without an account call or inference.
+    /// The model catalog through Claude Code's `list_models` control request (no inference;
+    /// cached for a minute).
     pub async fn models(&self) -> Value {
+        let mut catalog = self.catalog.lock().await;
+        if let Some((at, listed)) = catalog.as_ref()
+            && at.elapsed() < CATALOG_TTL
+        {
+            return listed.clone();
+        }
+        let unavailable = |detail: String| {
+            json!({ "runtime": "claude", "status": "unavailable", "scope": "none", "models": [],
+                    "detail": io::without_host_paths(&detail) })
+        };
         let info = self.info().await;
-        json!({
-            "runtime": "claude",
-            "status": if info.available { "unsupported" } else { "unavailable" },
-            "scope": "none",
-            "models": [],
-            "detail": info.detail.unwrap_or_else(|| "Claude Code cannot list models without starting a session; pass a model name or alias (e.g. sonnet, opus) as `model`".into()),
-        })
+        if !info.available {
+            return unavailable(info.detail.unwrap_or_default());
+        }
+        let listed = match self.list().await {
+            Ok(models) => json!({
+                "runtime": "claude", "status": "ok", "scope": "runtime_catalog", "source": "claude_list_models",
+                "version": info.version, "models": models,
+            }),
+            Err(why) => return unavailable(format!("claude could not list its models: {why}")),
+        };
+        *catalog = Some((std::time::Instant::now(), listed.clone()));
+        listed
     }
 }

@@ -55,6 +55,7 @@ struct Turn {
     relayed: HashMap<String, Relayed>,
     messages: Vec<(Option<String>, String)>,
     interrupted: bool,
+    usage: crate::provider::usage::CodexTally,
 }
 
 /// Thread and turn settings for a profile: `review` runs in Codex's read-only sandbox with no
@@ -148,6 +149,7 @@ impl Driver {
             }
         };
         let thread_id = result.pointer("/thread/id").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let usage = crate::provider::usage::CodexTally::new(result.get("model").and_then(Value::as_str));
         if thread_id.is_empty() {
             return Err(RpcError::Remote { method: "thread/start".into(), code: 0, message: "no thread id".into() });
         }
@@ -159,7 +161,7 @@ impl Driver {
         let result =
             self.rpc.call("turn/start", json!({ "threadId": thread_id, "input": input }), STARTUP_BOUND).await?;
         let turn_id = result.pointer("/turn/id").and_then(Value::as_str).unwrap_or_default().to_owned();
-        Ok(Turn { thread_id, turn_id, ..Turn::default() })
+        Ok(Turn { thread_id, turn_id, usage, ..Turn::default() })
     }
 
     /// The turn's main loop; `None` when the output ended or the runner left.
@@ -200,6 +202,11 @@ impl Driver {
                         }
                     }
                     "turn/completed" => return Some(self.complete(turn, &params).await),
+                    "thread/tokenUsage/updated" => {
+                        if let Some(usage) = turn.usage.update(&params) {
+                            self.emit(ProviderEvent::Usage(usage)).await;
+                        }
+                    }
                     "item/commandExecution/outputDelta" => {
                         let item = params.get("itemId").and_then(Value::as_str).and_then(|id| turn.items.get(id));
                         let delta = params.get("delta").and_then(Value::as_str).unwrap_or_default();

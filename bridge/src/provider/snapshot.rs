@@ -1,0 +1,398 @@
+//! Change-set snapshots: git, run inside the task sandbox on a private object store and a
+//! private index, records a workdir's tree before a writer task and diffs it afterwards.
+//!
+//! The user's repository is never written: git runs with `GIT_DIR` set to a directory of the
+//! bridge's own (`<state>/changes/<task>/git`), so neither the repository's config (hooks,
+//! fsmonitor, filters, external diff drivers an agent could have planted) nor its index, refs
+//! or stash are used or touched. In a git work tree the repository's objects are an alternate
+//! (read-only use: what is already stored is not stored twice) and its index seeds the private
+//! one (unchanged files are not hashed again); its `info/exclude` is honoured. Outside git the
+//! same private store holds the baseline's contents. Every run is bounded in time, its outputs
+//! in size, and the private store in bytes.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+
+use super::process::{SpawnSpec, spawn};
+use super::sandbox::Containment;
+
+/// The largest unified diff kept (a longer one is cut, and says so).
+pub const PATCH_LIMIT: usize = 8 * 1024 * 1024;
+/// The largest file list read back (name-status and numstat, each).
+const LIST_LIMIT: u64 = 4 * 1024 * 1024;
+/// How long one snapshot run may take.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+/// The most a private store may hold; a larger baseline is dropped (not recorded).
+pub const STORE_LIMIT: u64 = 1024 * 1024 * 1024;
+
+/// The script each run executes (`sh -c`): no caller data is ever part of it; paths come in
+/// the environment.
+const SCRIPT: &str = r#"set -u
+cd "$AB_ROOT" || exit 20
+case "$1" in
+baseline)
+  if [ -n "${AB_SEED_INDEX:-}" ]; then cp -- "$AB_SEED_INDEX" "$GIT_INDEX_FILE" 2>/dev/null || rm -f -- "$GIT_INDEX_FILE"; fi
+  git add -A 2>/dev/null || { rm -f -- "$GIT_INDEX_FILE"; git add -A; } || exit 10
+  git write-tree > "$AB_DIR/base" || exit 11 ;;
+end)
+  git add -A || exit 10
+  git write-tree > "$AB_DIR/end" || exit 11
+  read -r base < "$AB_DIR/base" || exit 12
+  read -r end < "$AB_DIR/end" || exit 12
+  git diff-tree -r -M -z --name-status "$base" "$end" > "$AB_DIR/status" || exit 13
+  git diff-tree -r -M -z --numstat "$base" "$end" > "$AB_DIR/numstat" || exit 14
+  git diff-tree -r -M -p --no-ext-diff --no-textconv --no-color "$base" "$end" | head -c "$AB_PATCH_LIMIT" > "$AB_DIR/patch" || exit 15 ;;
+*) exit 2 ;;
+esac
+"#;
+
+/// Git settings for every run (command-line scope, so a repository's own cannot override them).
+const GIT_SETTINGS: &[(&str, &str)] = &[
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.untrackedCache", "false"),
+    ("core.splitIndex", "false"),
+    ("core.quotePath", "false"),
+    ("core.symlinks", "true"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("diff.renames", "true"),
+    ("diff.noprefix", "false"),
+    ("submodule.recurse", "false"),
+    ("protocol.allow", "never"),
+    ("safe.directory", "*"),
+];
+
+/// How a baseline was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// In a git work tree: the repository's objects and index helped.
+    Git,
+    /// Outside git: a private store of the workdir's contents.
+    Tree,
+}
+
+impl Method {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Git => "git",
+            Method::Tree => "tree",
+        }
+    }
+}
+
+/// A baseline taken for a task: where its private store is and how it was taken.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    /// The private directory (`<state>/changes/<task>`).
+    pub dir: PathBuf,
+    /// The workdir root it describes.
+    pub root: PathBuf,
+    /// How it was taken.
+    pub method: Method,
+}
+
+/// What the end run produced, read back within bounds.
+#[derive(Debug, Clone, Default)]
+pub struct RawChangeSet {
+    /// `git diff-tree -z --name-status` output.
+    pub status: Vec<u8>,
+    /// `git diff-tree -z --numstat` output.
+    pub numstat: Vec<u8>,
+    /// The unified diff, at most [`PATCH_LIMIT`] bytes.
+    pub patch: Vec<u8>,
+    /// The diff was longer than [`PATCH_LIMIT`].
+    pub patch_cut: bool,
+    /// A file list was longer than its bound (the lists are then unusable).
+    pub list_cut: bool,
+}
+
+/// Takes and diffs snapshots (git found once, at startup, on the bridge's `PATH`).
+#[derive(Debug, Clone)]
+pub struct Snapshots {
+    git: Option<PathBuf>,
+    containment: Containment,
+}
+
+/// The private snapshot directory of a task.
+pub fn snapshot_dir(state_dir: &Path, task_id: &str) -> PathBuf {
+    state_dir.join("changes").join(task_id)
+}
+
+impl Snapshots {
+    /// Snapshots with `git` (when found) under `containment`.
+    pub fn new(git: Option<PathBuf>, containment: Containment) -> Snapshots {
+        Snapshots { git, containment }
+    }
+
+    /// Records the baseline of the workdir at `root` for `task_id` in `dir` (created here,
+    /// private). Errors are the reason no change set will be recorded (operator-safe text:
+    /// no host path).
+    pub async fn baseline(&self, task_id: &str, root: &Path, dir: &Path) -> Result<Baseline, String> {
+        let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
+        let (d, r) = (dir.to_owned(), root.to_owned());
+        let (root, repo) = tokio::task::spawn_blocking(move || prepare(&d, &r))
+            .await
+            .map_err(|_| "the snapshot directory could not be prepared".to_owned())??;
+        let method = if repo.is_some() { Method::Git } else { Method::Tree };
+        let seed = repo.as_ref().map(|r| r.index.clone());
+        let exclude = repo.as_ref().map(|r| r.exclude.clone());
+        let taken = self.run(&git, task_id, &root, dir, "baseline", seed, exclude).await;
+        if let Err(e) = taken {
+            let d = dir.to_owned();
+            let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
+            return Err(e);
+        }
+        let d = dir.to_owned();
+        let size = tokio::task::spawn_blocking(move || dir_size(&d.join("git").join("objects"))).await.unwrap_or(0);
+        if size > STORE_LIMIT {
+            let d = dir.to_owned();
+            let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
+            return Err(format!("the workdir's baseline is larger than {} MiB", STORE_LIMIT >> 20));
+        }
+        Ok(Baseline { dir: dir.to_owned(), root, method })
+    }
+
+    /// Diffs the workdir against its baseline; the outputs are read back within bounds.
+    pub async fn change_set(&self, task_id: &str, baseline: &Baseline) -> Result<RawChangeSet, String> {
+        let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
+        let exclude = match baseline.method {
+            Method::Git => git_dirs(&baseline.root).map(|r| r.exclude),
+            Method::Tree => None,
+        };
+        self.run(&git, task_id, &baseline.root, &baseline.dir, "end", None, exclude).await?;
+        let dir = baseline.dir.clone();
+        tokio::task::spawn_blocking(move || -> Result<RawChangeSet, String> {
+            let (status, status_cut) = read_bounded(&dir.join("status"), LIST_LIMIT)?;
+            let (numstat, numstat_cut) = read_bounded(&dir.join("numstat"), LIST_LIMIT)?;
+            let (patch, patch_cut) = read_bounded(&dir.join("patch"), PATCH_LIMIT as u64)?;
+            Ok(RawChangeSet { status, numstat, patch, patch_cut, list_cut: status_cut || numstat_cut })
+        })
+        .await
+        .map_err(|_| "the change set could not be read back".to_owned())?
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        git: &Path,
+        task_id: &str,
+        root: &Path,
+        dir: &Path,
+        phase: &str,
+        seed_index: Option<PathBuf>,
+        exclude: Option<PathBuf>,
+    ) -> Result<(), String> {
+        let mut env: Vec<(OsString, OsString)> = Vec::new();
+        let mut set = |k: &str, v: OsString| env.push((k.into(), v));
+        let git_bin = git.parent().map(Path::as_os_str).unwrap_or_default().to_owned();
+        let mut path = git_bin;
+        path.push(":/usr/bin:/bin");
+        set("PATH", path);
+        set("HOME", dir.into());
+        set("XDG_CONFIG_HOME", dir.into());
+        set("LC_ALL", "C".into());
+        set("GIT_DIR", dir.join("git").into());
+        set("GIT_WORK_TREE", root.into());
+        set("GIT_INDEX_FILE", dir.join("index").into());
+        for var in ["GIT_CONFIG_NOSYSTEM", "GIT_ATTR_NOSYSTEM", "GIT_NO_REPLACE_OBJECTS", "GIT_NO_LAZY_FETCH"] {
+            set(var, "1".into());
+        }
+        set("GIT_CONFIG_GLOBAL", "/dev/null".into());
+        set("GIT_OPTIONAL_LOCKS", "0".into());
+        set("GIT_TERMINAL_PROMPT", "0".into());
+        set("GIT_PAGER", "cat".into());
+        let excludes = exclude.map(PathBuf::into_os_string).unwrap_or_else(|| "/dev/null".into());
+        let settings =
+            GIT_SETTINGS.iter().map(|(k, v)| (*k, OsString::from(v))).chain([("core.excludesFile", excludes)]);
+        let mut count = 0;
+        for (i, (key, value)) in settings.enumerate() {
+            set(&format!("GIT_CONFIG_KEY_{i}"), key.into());
+            set(&format!("GIT_CONFIG_VALUE_{i}"), value);
+            count = i + 1;
+        }
+        set("GIT_CONFIG_COUNT", count.to_string().into());
+        // Says what this process is (the task's own processes carry the same task marker).
+        set("AGENT_BRIDGE_SNAPSHOT", "1".into());
+        set("AB_ROOT", root.into());
+        set("AB_DIR", dir.into());
+        set("AB_PATCH_LIMIT", (PATCH_LIMIT + 1).to_string().into());
+        if let Some(seed) = seed_index {
+            set("AB_SEED_INDEX", seed.into());
+        }
+        let spawned = spawn(SpawnSpec {
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), SCRIPT.into(), "agent-bridge-snapshot".into(), phase.into()],
+            cwd: root.to_owned(),
+            env,
+            task_id: task_id.to_owned(),
+            sandbox: Some(self.containment.clone()),
+            expose: vec![dir.to_owned()],
+        })
+        .await
+        .map_err(|e| format!("git could not be started: {}", e.kind()))?;
+        let mut process = spawned.process;
+        drop(spawned.stdin);
+        let (mut stdout, mut stderr) = (spawned.stdout, spawned.stderr);
+        let drain = tokio::spawn(async move {
+            let mut sink = Vec::new();
+            let _ = (&mut stdout).take(64 * 1024).read_to_end(&mut sink).await;
+        });
+        let tail = tokio::spawn(async move {
+            let mut text = Vec::new();
+            let _ = (&mut stderr).take(16 * 1024).read_to_end(&mut text).await;
+            text
+        });
+        let status = tokio::time::timeout(RUN_LIMIT, process.wait()).await;
+        let proof = process.stop(Duration::from_millis(100), Duration::from_secs(2)).await;
+        drain.abort();
+        let said = tail.await.unwrap_or_default();
+        if !proof.proven() {
+            tracing::warn!(?proof, "a snapshot's git did not stop with proof");
+        }
+        match status {
+            Err(_) => Err(format!("git took longer than {} s", RUN_LIMIT.as_secs())),
+            Ok(Err(e)) => Err(format!("git could not be waited for: {}", e.kind())),
+            Ok(Ok(s)) if s.success() => Ok(()),
+            Ok(Ok(s)) => {
+                let said = String::from_utf8_lossy(&said);
+                let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+                tracing::warn!(phase, status = %s, stderr = %said.trim(), "a snapshot's git failed");
+                let last: String = last.chars().take(200).collect();
+                Err(format!("git failed ({}, {s}): {last}", step(s.code())))
+            }
+        }
+    }
+}
+
+/// What a failed script step was doing.
+fn step(code: Option<i32>) -> &'static str {
+    match code {
+        Some(10) => "adding the workdir's files",
+        Some(11) => "writing the tree",
+        Some(12) => "reading the baseline",
+        Some(13 | 14) => "listing the changes",
+        Some(15) => "writing the diff",
+        Some(20) => "entering the workdir",
+        _ => "an unexpected exit",
+    }
+}
+
+/// The user's repository, when the workdir root is a git work tree's top.
+struct Repo {
+    objects: PathBuf,
+    index: PathBuf,
+    exclude: PathBuf,
+}
+
+/// The git directories of a work tree whose top is `root`: `.git` as a directory, or as a
+/// `gitdir:` file (a linked worktree or a submodule), with `commondir` followed. Only paths are
+/// read here; the repository's files are read by git inside the sandbox.
+fn git_dirs(root: &Path) -> Option<Repo> {
+    let dotgit = root.join(".git");
+    let meta = std::fs::symlink_metadata(&dotgit).ok()?;
+    let gitdir = if meta.is_dir() {
+        dotgit
+    } else if meta.is_file() && meta.len() <= 4096 {
+        let text = std::fs::read_to_string(&dotgit).ok()?;
+        let named = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
+        root.join(named)
+    } else {
+        return None;
+    };
+    let common = match std::fs::read_to_string(gitdir.join("commondir")) {
+        Ok(text) if text.len() <= 4096 && !text.trim().is_empty() => gitdir.join(text.trim()),
+        _ => gitdir.clone(),
+    };
+    Some(Repo {
+        objects: common.join("objects"),
+        index: gitdir.join("index"),
+        exclude: common.join("info").join("exclude"),
+    })
+}
+
+/// Creates the private directory and its empty repository (HEAD, refs, objects and, in a git
+/// work tree, the alternate that names the repository's objects); returns the workdir's
+/// canonical root. Blocking.
+fn prepare(dir: &Path, root: &Path) -> Result<(PathBuf, Option<Repo>), String> {
+    let failed = |what: &str| format!("the snapshot directory could not be prepared ({what})");
+    let root = root.canonicalize().map_err(|_| "the workdir cannot be resolved".to_owned())?;
+    if let Some(parent) = dir.parent() {
+        crate::files::ensure_private_dir(parent).map_err(|_| failed("parent"))?;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    crate::files::ensure_private_dir(dir).map_err(|_| failed("directory"))?;
+    let git = dir.join("git");
+    std::fs::create_dir_all(git.join("objects").join("info")).map_err(|_| failed("objects"))?;
+    std::fs::create_dir_all(git.join("refs")).map_err(|_| failed("refs"))?;
+    std::fs::write(git.join("HEAD"), "ref: refs/heads/agent-bridge-snapshot\n").map_err(|_| failed("HEAD"))?;
+    let repo = git_dirs(&root).filter(|r| r.objects.is_dir());
+    if let Some(repo) = &repo {
+        let mut line = repo.objects.clone().into_os_string();
+        line.push("\n");
+        std::fs::write(git.join("objects").join("info").join("alternates"), line.as_encoded_bytes())
+            .map_err(|_| failed("alternates"))?;
+    }
+    Ok((root, repo))
+}
+
+/// Reads at most `limit` bytes of `path`; the flag says there was more. Blocking.
+fn read_bounded(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|_| "git left no output".to_owned())?;
+    let mut buf = Vec::new();
+    file.take(limit + 1).read_to_end(&mut buf).map_err(|_| "git's output could not be read".to_owned())?;
+    let cut = buf.len() as u64 > limit;
+    buf.truncate(limit as usize);
+    Ok((buf, cut))
+}
+
+/// The bytes under `dir` (files only, symlinks not followed). Blocking.
+fn dir_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => stack.push(entry.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+/// Removes a task's private snapshot directory. Blocking.
+pub fn remove(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(cause = %e, "cannot remove a task's snapshot directory");
+    }
+}
+
+/// Removes every task's snapshot directory but `keep`'s (start-up: no task is running, and a
+/// baseline does not survive a restart). Blocking.
+pub fn sweep(state_dir: &Path, keep: &[String]) {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("changes")) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_str().is_some_and(|n| crate::ids::looks_like(n, "agt_") && !keep.iter().any(|k| k == n)) {
+            remove(&entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "snapshot_tests.rs"]
+mod tests;
