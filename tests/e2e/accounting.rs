@@ -105,7 +105,9 @@ async fn admin_totals_are_per_principal_and_per_workdir_over_a_period() {
 #[tokio::test]
 async fn a_plan_shows_the_sum_of_its_steps() {
     let b = TestBridge::start().await;
-    let steps = json!([{ "title": "one", "prompt": "complete:1" }, { "title": "two", "prompt": "complete:2" }]);
+    // The fake runtime reports usage as a real one does (`usage:IN/OUT/COST`).
+    let steps =
+        json!([{ "title": "one", "prompt": "usage:1200/34/0.25" }, { "title": "two", "prompt": "usage:800/16/0.125" }]);
     let args = json!({ "workdir": "repo", "runtime": "fake", "title": "Two steps", "steps": steps });
     let v = b.call("submit_agent_plan", args).await.expect("plan");
     let id = v["plan_id"].as_str().unwrap().to_owned();
@@ -116,6 +118,17 @@ async fn a_plan_shows_the_sum_of_its_steps() {
     assert_eq!(plan["status"], "succeeded", "{plan:#}");
     let usage = &plan["usage"];
     assert_eq!(usage["tasks"], 2, "{usage:#}");
+    assert_eq!(usage["tasks_with_usage"], 2, "{usage:#}");
+    assert_eq!((usage["input_tokens"].as_i64(), usage["output_tokens"].as_i64()), (Some(2000), Some(50)), "{usage:#}");
+    assert_eq!(usage["cost_usd"].as_f64(), Some(0.375), "{usage:#}");
+    let first = b.get(plan["steps"][0]["task_id"].as_str().unwrap()).await;
+    assert_eq!(first["usage"]["input_tokens"], 1200, "{first:#}");
+    assert_eq!(first["usage"]["cost_usd"], 0.25);
+    assert_eq!(first["usage"]["model"], "fake-scripted");
+    // The admin totals hold the same sums, per principal too.
+    let totals = b.call("admin_list_tasks", json!({})).await.expect("list")["totals"].clone();
+    assert_eq!(totals["overall"]["cost_usd"].as_f64(), Some(0.375), "{totals:#}");
+    assert_eq!(totals["by_principal"][0]["input_tokens"], 2000, "{totals:#}");
     let mut wall = 0;
     for step in plan["steps"].as_array().unwrap() {
         wall += b.get(step["task_id"].as_str().unwrap()).await["timing"]["wall_ms"].as_i64().unwrap();

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use e2e::{TestBridge, event_types};
 
-fn git(dir: &Path, args: &[&str]) -> String {
+/// Runs git in `dir` with no user or system config; its stdout.
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"])
         .args(args)
@@ -25,7 +26,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Every file under `dir` and its bytes.
-fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(crate) fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut all = BTreeMap::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
@@ -42,7 +43,7 @@ fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 /// The whole diff, read back in small chunks.
-async fn read_diff(b: &TestBridge, id: &str, path: Option<&str>) -> String {
+pub(crate) async fn read_diff(b: &TestBridge, id: &str, path: Option<&str>) -> String {
     let mut text = String::new();
     let mut offset = 0;
     loop {
@@ -59,7 +60,8 @@ async fn read_diff(b: &TestBridge, id: &str, path: Option<&str>) -> String {
     }
 }
 
-fn files(changes: &Value) -> Vec<(String, String, i64, i64)> {
+/// `(path, status, added, removed)` of each changed file, sorted.
+pub(crate) fn files(changes: &Value) -> Vec<(String, String, i64, i64)> {
     let mut v: Vec<_> = changes["files"]
         .as_array()
         .expect("files")
@@ -202,4 +204,37 @@ async fn a_plain_directory_works_and_an_agents_planted_git_config_runs_nothing()
     let t = b.wait_terminal(v["task_id"].as_str().unwrap()).await;
     assert_eq!(t["changes"]["status"], "read_only", "{t:#}");
     assert_eq!(t["changes"]["files_changed"], 0);
+}
+
+/// A git repository with one commit (`edit.txt`, `keep.txt`), a stash entry and a staged file:
+/// returns a copy of its work tree (the baseline, without `.git`) and the `.git` as it is.
+pub(crate) fn repository_with_state(repo: &Path, copy: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    git(repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("edit.txt"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(repo.join("keep.txt"), "keep\n").unwrap();
+    git(repo, &["add", "edit.txt", "keep.txt"]);
+    git(repo, &["commit", "-qm", "first"]);
+    std::fs::write(repo.join("keep.txt"), "keep\nstashed\n").unwrap();
+    git(repo, &["stash", "-q"]);
+    std::fs::write(repo.join("staged.txt"), "staged\n").unwrap();
+    git(repo, &["add", "staged.txt"]);
+    for (rel, bytes) in contents(repo) {
+        if !rel.starts_with(".git") {
+            std::fs::create_dir_all(copy.join(&rel).parent().unwrap()).unwrap();
+            std::fs::write(copy.join(rel), bytes).unwrap();
+        }
+    }
+    contents(&repo.join(".git"))
+}
+
+/// Applies the task's diff to `copy` with `git apply` and checks each of `names` then equals
+/// the workdir's.
+pub(crate) async fn applies(b: &TestBridge, id: &str, copy: &Path, repo: &Path, names: &[&str]) {
+    let diff = read_diff(b, id, None).await;
+    std::fs::write(copy.join("patch.diff"), &diff).unwrap();
+    let applied = Command::new("git").args(["apply", "patch.diff"]).current_dir(copy).output().unwrap();
+    assert!(applied.status.success(), "git apply: {}\n{diff}", String::from_utf8_lossy(&applied.stderr));
+    for name in names {
+        assert_eq!(std::fs::read(copy.join(name)).ok(), std::fs::read(repo.join(name)).ok(), "{name}");
+    }
 }

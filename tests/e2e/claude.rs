@@ -233,6 +233,7 @@ async fn claude_review_task_refuses_changes_without_asking() {
     let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
     let id = r.submit_with(json!({ "prompt": "RUN_BASH: echo x > review.txt", "profile": "review" })).await;
     let t = r.b.wait_terminal(&id).await;
+    assert_eq!(t["changes"]["status"], "read_only", "a review task reports no changes: {t:#}");
     assert_eq!(t["status"], "succeeded", "{t:#}");
     assert!(!r.ws.join("review.txt").exists(), "a review task wrote to the workdir");
     let events = r.b.all_events(&id).await;
@@ -291,4 +292,28 @@ async fn claude_never_starts_the_operators_own_mcp_servers() {
     assert_eq!(t["status"], "succeeded", "{t:#}");
     assert!(!user.exists(), "the operator's user-scope MCP server was started for a task");
     assert!(!project.exists(), "the workdir's project MCP server was started for a task");
+}
+
+/// What a real Claude Code task changed in a plain (non-git) workdir: the file its approved
+/// command added and the one it edited, with line counts, and a diff that applies.
+#[tokio::test]
+async fn claude_change_set_in_a_plain_directory_is_exactly_what_the_agent_wrote() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    std::fs::write(r.ws.join("edit.txt"), "one\ntwo\nthree\n").unwrap();
+    let copy = r.b.root().join("claude-baseline");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(r.ws.join("edit.txt"), copy.join("edit.txt")).unwrap();
+    let id = r.submit("RUN_BASH: printf 'new\\n' > added.txt && printf 'one\\nthree\\n' > edit.txt").await;
+    let (rid, _) = r.pending(&id).await;
+    r.respond(&id, &rid, "approve_once").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let changes = &t["changes"];
+    assert_eq!(changes["method"], "tree", "{changes:#}");
+    let files = crate::changes::files(changes);
+    // Claude Code may leave files of its own; the agent's two are there exactly.
+    assert!(files.contains(&("added.txt".into(), "added".into(), 1, 0)), "{changes:#}");
+    assert!(files.contains(&("edit.txt".into(), "modified".into(), 0, 1)), "{changes:#}");
+    assert_eq!(files.len(), 2, "{changes:#}");
+    crate::changes::applies(&r.b, &id, &copy, &r.ws, &["added.txt", "edit.txt"]).await;
 }

@@ -353,3 +353,33 @@ async fn codex_never_starts_the_operators_own_mcp_servers() {
     assert_eq!(t["status"], "succeeded", "{t:#}");
     assert!(!started.exists(), "the operator's MCP server was started for a task");
 }
+
+/// What a real Codex task changed: exactly the file it added and the one it edited, with their
+/// line counts; its diff applies to the baseline; the repository's index, stash, HEAD and
+/// objects are as they were. A review task reports `read_only`.
+#[tokio::test]
+async fn codex_change_set_is_exactly_what_the_agent_wrote() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    let copy = r.b.root().join("codex-baseline");
+    let before = crate::changes::repository_with_state(&r.ws, &copy);
+    let head = crate::changes::git(&r.ws, &["rev-parse", "HEAD"]);
+    let id = r.submit("RUN_SHELL: printf 'new\\n' > added.txt && printf 'one\\nTWO\\nthree\\n' > edit.txt").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert_eq!(std::fs::read_to_string(r.ws.join("edit.txt")).unwrap(), "one\nTWO\nthree\n", "{t:#}");
+    let changes = &t["changes"];
+    assert_eq!(changes["method"], "git", "{changes:#}");
+    assert_eq!(
+        crate::changes::files(changes),
+        [("added.txt".into(), "added".into(), 1, 0), ("edit.txt".into(), "modified".into(), 1, 1)],
+        "{changes:#}"
+    );
+    crate::changes::applies(&r.b, &id, &copy, &r.ws, &["added.txt", "edit.txt", "keep.txt", "staged.txt"]).await;
+    assert_eq!(crate::changes::contents(&r.ws.join(".git")), before, "the user's .git changed");
+    assert_eq!(crate::changes::git(&r.ws, &["rev-parse", "HEAD"]), head);
+    assert_eq!(crate::changes::git(&r.ws, &["stash", "list"]).lines().count(), 1);
+
+    let id = r.submit_with(json!({ "prompt": "RUN_SHELL: cat edit.txt", "profile": "review" })).await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["changes"]["status"], "read_only", "{t:#}");
+}
