@@ -159,3 +159,28 @@ async fn the_diff_follows_the_owner_rules_and_says_why_there_is_none() {
     b.call("cancel_agent_task", json!({ "task_id": running })).await.expect("cancel");
     b.wait_terminal(&running).await;
 }
+
+/// A request the runtime resolves itself (Codex's `serverRequest/resolved` when its Remote
+/// Control answered first: that service cannot run here, so the fake runtime resolves it the
+/// same way) goes stale with its reason; the caller's late answer is refused saying why.
+#[tokio::test]
+async fn a_request_answered_elsewhere_goes_stale_with_its_reason() {
+    let b = TestBridge::start().await;
+    let id = b.submit("answered-elsewhere:1.5").await;
+    let t = b.wait_status(&id, "waiting_for_approval").await;
+    let request = approval_of(&t);
+    let t = b.wait_terminal(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert_eq!(t["final_response"], "approved elsewhere");
+    let late = b
+        .call("respond_agent_approval", json!({ "task_id": id, "request_id": request, "decision": "approve_once" }))
+        .await;
+    let (c, message) = error_of(&late);
+    assert_eq!(c, "REQUEST_STALE");
+    assert!(message.contains("answered elsewhere"), "{message}");
+    let events = b.all_events(&id).await;
+    let stale =
+        events.iter().find(|e| e["payload"]["reason"].as_str().is_some_and(|r| r.contains("answered elsewhere")));
+    assert!(stale.is_some(), "no event gives the reason: {events:#?}");
+    assert_eq!(t["timing"]["human_wait_ms"].as_i64().map(|w| w > 0), Some(true), "{t:#}");
+}

@@ -252,10 +252,10 @@ async fn codex_with_a_configuration_it_refuses_fails_the_task_at_once() {
     std::fs::write(&config, format!("approval_policy = \"untrusted\"\n{original}")).unwrap();
     let models = r.b.call("list_agent_models", json!({ "runtime": "codex" })).await.expect("models");
     assert_ne!(models["status"], "ok", "{models:#}");
-    let t0 = Instant::now();
     let id = r.submit("say hello").await;
     let t = r.finish(&id).await;
-    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+    // "At once": it fails before any inference (no wall-clock bound: the machine is shared).
+    assert!(r.server.posts("/responses").is_empty(), "the model was asked anyway");
     assert_eq!(t["status"], "failed", "{t:#}");
     assert_eq!(t["error"]["code"], "AGENT_PROVIDER_ERROR", "{t:#}");
     assert!(t["error"]["message"].as_str().unwrap().contains("untrusted"), "{t:#}");

@@ -4,7 +4,8 @@
 //! Its prompt is a script, one command:
 //! `complete:TEXT`, `approval:TEXT`, `question:TEXT`, `wait:SECONDS`, `fail:TEXT`, `crash`,
 //! `ignore-interrupt:SECONDS`, `orphan:SECONDS`, `events:N`, `big:BYTES`, `cwd`,
-//! `usage:IN/OUT/COST` (reports that token usage and cost, then completes), `exec:COMMAND`
+//! `usage:IN/OUT/COST` (reports that token usage and cost, then completes),
+//! `answered-elsewhere:SECONDS` (asks for approval, then resolves it itself), `exec:COMMAND`
 //! (runs `sh -c COMMAND` inside the task, as an agent's tool would, and answers with its exit
 //! status and output: the tests' way to act as a hostile agent); anything else
 //! is echoed back as the result. Steering text is echoed as an `agent.message` event while the
@@ -171,6 +172,10 @@ impl Agent {
                 finish(arg.to_owned())
             }
             "approval" => self.approval(arg),
+            "answered-elsewhere" => match seconds() {
+                Some(s) => self.answered_elsewhere(Duration::from_secs_f64(s)),
+                None => failed(format!("answered-elsewhere needs seconds, got {arg:?}")),
+            },
             "question" => self.question(arg),
             "wait" => match seconds() {
                 Some(s) => match self.wait(Duration::from_secs_f64(s), false) {
@@ -263,6 +268,29 @@ impl Agent {
                 interrupted()
             }
             Err(_) => 0,
+        }
+    }
+
+    /// Asks for approval, then — as Codex does when its Remote Control answered the request
+    /// first — resolves it itself after `after` and goes on: the bridge's request goes stale.
+    fn answered_elsewhere(&mut self, after: Duration) -> i32 {
+        let id = self.new_id();
+        let payload = json!({
+            "category": "command",
+            "title": "Run `make deploy`",
+            "command_display": "make deploy",
+            "relative_cwd": ".",
+            "available_decisions": ["approve_once", "deny", "cancel_task"],
+        });
+        emit(&FromChild::Approval { id: id.clone(), payload });
+        match self.wait(after, false) {
+            Waited::Elapsed => {
+                emit(&FromChild::Withdrawn { id });
+                event("agent.message", json!({ "text": "approved in another client" }));
+                finish("approved elsewhere".into())
+            }
+            Waited::Interrupted => interrupted(),
+            Waited::Closed => 0,
         }
     }
 
