@@ -400,6 +400,8 @@ fn describe_task(v: &Value) -> String {
                 s(&f["path"])
             ));
         }
+    } else if changes["status"] == "read_only" {
+        lines.push("changes   none (a read-only task)".to_owned());
     } else if !changes.is_null() {
         lines.push(format!("changes   not recorded: {}", s(&changes["reason"])));
     }

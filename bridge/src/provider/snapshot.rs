@@ -265,7 +265,7 @@ impl Snapshots {
             Ok(Ok(s)) => {
                 let said = String::from_utf8_lossy(&said);
                 let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-                tracing::warn!(phase, status = %s, stderr = %said.trim(), "a snapshot's git failed");
+                tracing::warn!(phase, status = %s, "a snapshot's git failed");
                 let last: String = last.chars().take(200).collect();
                 Err(format!("git failed ({}, {s}): {last}", step(s.code())))
             }

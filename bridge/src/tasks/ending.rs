@@ -50,8 +50,13 @@ pub(super) async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, r
 /// none), with its event; the private snapshot directory goes afterwards.
 async fn record_changes(inner: &Arc<Inner>, task_id: &str, baseline: Result<Baseline, String>, redactor: &Redactor) {
     let (state_dir, threshold) = (inner.config.state_dir.clone(), inner.config.limits.result_spool_threshold_bytes);
+    let closing = inner.closing.load(std::sync::atomic::Ordering::SeqCst);
     let changes = match &baseline {
         Err(why) => changes::not_recorded(redactor.text(why), None),
+        // A shutdown is bounded: no git run is started during one.
+        Ok(b) if closing => {
+            changes::not_recorded("the bridge was shutting down when the task ended".into(), Some(b.method))
+        }
         Ok(b) => match inner.providers.snapshots().change_set(task_id, b).await {
             Err(why) => changes::not_recorded(redactor.text(&why), Some(b.method)),
             Ok(raw) => {
