@@ -50,27 +50,28 @@ pub struct ClaudeRuntime {
 /// How long a listed catalog is reused.
 const CATALOG_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// What every `claude` child of the bridge starts with: stream-json on both pipes, none of the
+/// operator's settings, and only the MCP servers the bridge names (none): the operator's own
+/// never reach a task.
+const BASE_ARGS: &[&str] = &[
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--setting-sources",
+    "",
+    "--strict-mcp-config",
+];
+
 /// The command line for a turn.
 pub fn args(spec: &StartSpec) -> Vec<OsString> {
-    let mut args: Vec<OsString> = [
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--permission-prompt-tool",
-        "stdio",
-        "--permission-mode",
-        "default",
-        "--setting-sources",
-        "",
-        // Only the MCP servers the bridge names (none): the operator's own never reach a task.
-        "--strict-mcp-config",
-    ]
-    .into_iter()
-    .map(OsString::from)
-    .collect();
+    let mut args: Vec<OsString> = BASE_ARGS
+        .iter()
+        .chain(&["--permission-prompt-tool", "stdio", "--permission-mode", "default"])
+        .map(OsString::from)
+        .collect();
     if spec.profile == Profile::Review {
         // The model is not even offered the editing tools; anything else that would change
         // something is refused when Claude asks (plan mode is not a block: notes §5.4).

@@ -17,19 +17,6 @@ const LIST_BOUND: Duration = Duration::from_secs(20);
 /// The most models reported.
 const MAX_MODELS: usize = 64;
 
-/// The command line of the listing child: the task's I/O settings, no prompt, no tools' rules.
-const ARGS: &[&str] = &[
-    "-p",
-    "--input-format",
-    "stream-json",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--setting-sources",
-    "",
-    "--strict-mcp-config",
-];
-
 /// The public shape of `list_models`'s answer (`{models: [{value, resolvedModel, displayName,
 /// description, …}]}`), bounded; an answer without a model list is an error.
 pub fn catalog(response: &Value) -> Result<Vec<Value>, String> {
@@ -63,7 +50,8 @@ impl ClaudeRuntime {
         let marker = format!("models-claude-{}", crate::ids::request_id());
         let spawned = spawn(SpawnSpec {
             program: bin,
-            args: ARGS.iter().map(Into::into).collect(),
+            // A task's I/O settings, and never a prompt.
+            args: super::BASE_ARGS.iter().map(Into::into).collect(),
             cwd,
             env: self.env(),
             task_id: marker,
