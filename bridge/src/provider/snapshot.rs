@@ -38,7 +38,9 @@ const SCRIPT: &str = r#"set -u
 cd "$AB_ROOT" || exit 20
 case "$1" in
 baseline)
-  if [ -n "${AB_SEED_INDEX:-}" ]; then cp -- "$AB_SEED_INDEX" "$GIT_INDEX_FILE" 2>/dev/null || rm -f -- "$GIT_INDEX_FILE"; fi
+  if [ -n "${AB_SEED_INDEX:-}" ] && [ -f "$AB_SEED_INDEX" ] && [ ! -L "$AB_SEED_INDEX" ]; then
+    cp -- "$AB_SEED_INDEX" "$GIT_INDEX_FILE" 2>/dev/null || rm -f -- "$GIT_INDEX_FILE"
+  fi
   git add -A 2>/dev/null || { rm -f -- "$GIT_INDEX_FILE"; git add -A; } || exit 10
   git write-tree > "$AB_DIR/base" || exit 11 ;;
 end)
@@ -301,15 +303,15 @@ fn git_dirs(root: &Path) -> Option<Repo> {
     let meta = std::fs::symlink_metadata(&dotgit).ok()?;
     let gitdir = if meta.is_dir() {
         dotgit
-    } else if meta.is_file() && meta.len() <= 4096 {
-        let text = std::fs::read_to_string(&dotgit).ok()?;
+    } else if meta.is_file() {
+        let text = small_file(&dotgit)?;
         let named = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
         root.join(named)
     } else {
         return None;
     };
-    let common = match std::fs::read_to_string(gitdir.join("commondir")) {
-        Ok(text) if text.len() <= 4096 && !text.trim().is_empty() => gitdir.join(text.trim()),
+    let common = match small_file(&gitdir.join("commondir")) {
+        Some(text) if !text.trim().is_empty() => gitdir.join(text.trim()),
         _ => gitdir.clone(),
     };
     Some(Repo {
@@ -317,6 +319,25 @@ fn git_dirs(root: &Path) -> Option<Repo> {
         index: gitdir.join("index"),
         exclude: common.join("info").join("exclude"),
     })
+}
+
+/// The text of a small regular file (not a symlink, a FIFO or a device: an agent may have
+/// planted any of them), at most 4 KiB.
+fn small_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > 4096 {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(4096).read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// Creates the private directory and its empty repository (HEAD, refs, objects and, in a git

@@ -259,3 +259,27 @@ async fn without_git_the_reason_says_so() {
     let err = snapshots.baseline("agt_x", tmp.path(), &tmp.path().join("s")).await.unwrap_err();
     assert!(err.contains("git is not installed"), "{err}");
 }
+
+#[tokio::test]
+async fn planted_fifos_and_links_in_the_git_directory_do_not_hang_the_baseline() {
+    let Some(bin) = git_bin() else { return };
+    let f = fixture(bin, "agt_snapshot6");
+    let w = &f.work;
+    git(w, &["init", "-q"]);
+    std::fs::write(w.join("a.txt"), "a\n").unwrap();
+    git(w, &["add", "-A"]);
+    git(w, &["commit", "-qm", "first"]);
+    // What an earlier agent could leave: a FIFO as `commondir` and as the index.
+    for name in ["commondir", "index"] {
+        let path = w.join(".git").join(name);
+        let _ = std::fs::remove_file(&path);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    }
+    let baseline = tokio::time::timeout(std::time::Duration::from_secs(60), f.snapshots.baseline(f.id, w, &f.dir))
+        .await
+        .expect("the baseline must not block on a FIFO")
+        .unwrap();
+    std::fs::write(w.join("a.txt"), "a\nb\n").unwrap();
+    let set = diff(&f, &baseline).await;
+    assert_eq!(set.files.len(), 1, "{:?}", set.files);
+}
