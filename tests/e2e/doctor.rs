@@ -36,6 +36,7 @@ async fn doctor_reports_free_and_busy_workdirs_of_a_healthy_bridge() {
     assert_eq!(check(&report, "bridge")["level"], "ok");
     assert_eq!(check(&report, "state directory")["level"], "ok");
     assert_eq!(check(&report, "lock directory")["level"], "ok");
+    assert_eq!(check(&report, "change sets")["level"], "ok", "git is installed here: {report:#}");
     assert_eq!((state_of(&report, "repo"), state_of(&report, "docs")), ("free".into(), "free".into()));
 
     // A running writer holds the lease: busy, named, and not a failure.

@@ -120,6 +120,20 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
         }
     };
     sandbox_check(&mut checks, &containment);
+    match crate::provider::probe::which("git", crate::provider::env::BaseEnv::capture().get("PATH")) {
+        Some(git) => check(
+            &mut checks,
+            "change sets",
+            "ok",
+            format!("git at {}: writer tasks record what they changed", git.display()),
+        ),
+        None => check(
+            &mut checks,
+            "change sets",
+            "warn",
+            "git is not on PATH: writer tasks' change sets are not recorded (apt-get install git)",
+        ),
+    }
     let workdirs = if live { runtime.block_on(status_from_bridge(&client)) } else { status_from_files(&config) };
     let workdirs = match workdirs {
         Ok(v) => v,
