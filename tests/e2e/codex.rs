@@ -268,10 +268,12 @@ async fn codex_with_a_configuration_it_refuses_fails_the_task_at_once() {
 
 #[tokio::test]
 async fn codex_command_output_keeps_a_long_command_alive_under_the_idle_timeout() {
-    let Some(r) = RealBridge::start(Cli::Codex, &["SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS=3"]).await else {
+    // The command runs 10 s, longer than the 6 s idle bound, printing every second; the bound
+    // also covers the CLI's own start-up, which a loaded machine slows.
+    let Some(r) = RealBridge::start(Cli::Codex, &["SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS=6"]).await else {
         return;
     };
-    let id = r.submit("RUN_SHELL: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done").await;
+    let id = r.submit("RUN_SHELL: for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; sleep 1; done").await;
     let t = r.finish(&id).await;
     assert_eq!(t["status"], "succeeded", "{t:#}");
     let events = r.b.all_events(&id).await;
