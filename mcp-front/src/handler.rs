@@ -13,9 +13,9 @@ use bridge_proto::client::CallError;
 use bridge_proto::codes;
 use bridge_proto::methods::{self, CallParams, ClientInfo, ListParams, McpPath, Surface};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorData, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, DiscoverResult, ErrorData,
+    GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -76,6 +76,37 @@ impl Front {
         Ok(self.bridge.call(methods::CAPABILITIES_LIST, object(params)).await?)
     }
 
+    /// Calls one bridge tool for the caller.
+    async fn call(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        name: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<Value, Failure> {
+        let params = CallParams {
+            credential: credential(ctx),
+            surface: Surface::Mcp,
+            path: path(ctx),
+            client: client_info(ctx),
+            name: name.to_owned(),
+            arguments,
+        };
+        Ok(self.bridge.call(methods::CAPABILITIES_CALL, object(params)).await?)
+    }
+
+    /// A `tasks/*` call's bridge failure as the extension wants it: an unknown task, or one of
+    /// another principal (the bridge answers both alike), is `-32602`.
+    fn task_error(&self, ctx: &RequestContext<RoleServer>, failure: Failure) -> ErrorData {
+        match failure {
+            Failure::Unauthenticated(message) => refuse(ctx, message),
+            Failure::Error { code, message } if code == "AGENT_TASK_NOT_FOUND" || code == "INVALID_ARGUMENT" => {
+                ErrorData::invalid_params(format!("{code}: {message}"), None)
+            }
+            Failure::UnknownTool(message) => ErrorData::invalid_params(message, None),
+            Failure::Error { code, message } => ErrorData::internal_error(format!("{code}: {message}"), None),
+        }
+    }
+
     /// Asks the bridge whether the caller's credential is good; only a refusal is an error
     /// (an unreachable bridge shows up on the first tool call instead).
     async fn check_credential(
@@ -96,7 +127,9 @@ impl Front {
 
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        // The Tasks extension is advertised to everyone; only a client that declares it on a
+        // request ever gets a task handle (the others keep today's synchronous results).
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
             .with_server_info(Implementation::new("agent-bridge", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
@@ -146,22 +179,71 @@ impl ServerHandler for Front {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let params = CallParams {
-            credential: credential(&context),
-            surface: Surface::Mcp,
-            path: path(&context),
-            client: client_info(&context),
-            name: request.name.to_string(),
-            arguments: request.arguments.unwrap_or_default(),
-        };
-        let result = self.bridge.call(methods::CAPABILITIES_CALL, object(params)).await.map_err(Failure::from);
+        let declared = context.client_capabilities().is_some_and(|c| c.supports_tasks());
+        let result = self.call(&context, &request.name, request.arguments.unwrap_or_default()).await;
         match result {
+            // A declaring client's submission is a task of the extension: the handle the
+            // bridge stored before answering (durable, retry-safe with the same key).
+            Ok(handle) if declared && request.name == "submit_agent_task" => {
+                Ok(CallToolResponse::Task(crate::tasks::created(&handle)))
+            }
             Ok(Value::Object(result)) => Ok(CallToolResult::structured(Value::Object(result)).into()),
             Ok(other) => Ok(CallToolResult::structured(json!({ "result": other })).into()),
             Err(Failure::Unauthenticated(message)) => Err(refuse(&context, message)),
             Err(Failure::UnknownTool(message)) => Err(ErrorData::invalid_params(message, None)),
             Err(Failure::Error { code, message }) => Ok(tool_error(&code, &message).into()),
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let mut args = Map::new();
+        args.insert("task_id".into(), json!(request.task_id));
+        args.insert("full_request".into(), json!(true));
+        let view = self.call(&context, "get_agent_task", args).await.map_err(|f| self.task_error(&context, f))?;
+        let task = crate::tasks::detailed(&view).map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let answers = crate::tasks::answers(&request.task_id, &request.input_responses);
+        if answers.is_empty() {
+            // Nothing usable: still an unknown task is an error, an ignored answer is not.
+            let mut args = Map::new();
+            args.insert("task_id".into(), json!(request.task_id));
+            self.call(&context, "get_agent_task", args).await.map_err(|f| self.task_error(&context, f))?;
+        }
+        for answer in answers {
+            match self.call(&context, answer.tool, answer.arguments).await {
+                Ok(_) => {}
+                // Eventually consistent: an answer that came too late, twice or badly formed
+                // is ignored (the task's state tells the client what happened).
+                Err(Failure::Error { code, .. }) if code != "AGENT_TASK_NOT_FOUND" => {
+                    tracing::debug!(code, "an input response was not used");
+                }
+                Err(f) => return Err(self.task_error(&context, f)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut args = Map::new();
+        args.insert("task_id".into(), json!(request.task_id));
+        // Cooperative; a task that already ended answers the same (the bridge's cancel of a
+        // terminal task succeeds without changing it).
+        self.call(&context, "cancel_agent_task", args).await.map(|_| ()).map_err(|f| self.task_error(&context, f))
     }
 }
 

@@ -16,3 +16,4 @@ pub mod oauth;
 pub mod origin;
 pub mod quirks;
 pub mod server;
+pub mod tasks;

@@ -25,6 +25,7 @@ mod http_bounds;
 mod idempotency;
 mod idle;
 mod lifecycle;
+mod mcp_tasks;
 mod notify;
 mod oauth;
 mod orphans;

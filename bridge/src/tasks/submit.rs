@@ -51,21 +51,24 @@ fn check_opaque(param: &str, value: &Option<String>, max: usize) -> Result<(), T
     Ok(())
 }
 
-fn handle(row: &TaskRow, replay: bool) -> Value {
+fn handle(row: &TaskRow, replay: bool, retention_hours: u64) -> Value {
     json!({
         "task_id": row.task_id,
         "status": row.status.as_str(),
         "correlation_id": row.correlation_id,
         "idempotency_key": row.idempotency_key,
         "created_at": crate::clock::rfc3339(row.created_at),
+        "updated_at": crate::clock::rfc3339(row.updated_at),
+        // How long the finished task stays readable (MCP Tasks' `ttlMs`).
+        "retention_ms": retention_hours.saturating_mul(3_600_000),
         "idempotent_replay": replay,
     })
 }
 
 /// Returns the retained task when the fingerprint matches, the conflict otherwise.
-fn replay(row: TaskRow, fingerprint: &str) -> Result<Value, ToolError> {
+fn replay(row: TaskRow, fingerprint: &str, retention_hours: u64) -> Result<Value, ToolError> {
     if row.request_fingerprint.as_deref() == Some(fingerprint) {
-        Ok(handle(&row, true))
+        Ok(handle(&row, true, retention_hours))
     } else {
         Err(ToolError::from(crate::store::StoreError::IdempotencyConflict))
     }
@@ -108,7 +111,7 @@ impl TaskService {
         if let Some(key) = &req.idempotency_key {
             let (p, k) = (principal.name.clone(), key.clone());
             if let Some(row) = inner.store.call(move |s| s.find_by_idempotency_key(&p, &k)).await? {
-                return replay(row, &fingerprint);
+                return replay(row, &fingerprint, inner.config.limits.retention_hours);
             }
         }
 
@@ -144,7 +147,7 @@ impl TaskService {
         if let Some(key) = &req.idempotency_key {
             let (p, k) = (principal.name.clone(), key.clone());
             if let Some(row) = inner.store.call(move |s| s.find_by_idempotency_key(&p, &k)).await? {
-                return replay(row, &fingerprint);
+                return replay(row, &fingerprint, inner.config.limits.retention_hours);
             }
         }
         let writer = req.profile == Profile::WorkspaceWrite;
@@ -209,7 +212,7 @@ impl TaskService {
         };
         let row = match inserted {
             Inserted::Created(row) => row,
-            Inserted::Existing(row) => return replay(row, &fingerprint),
+            Inserted::Existing(row) => return replay(row, &fingerprint, inner.config.limits.retention_hours),
         };
 
         let (control_tx, control_rx) = mpsc::channel(16);
@@ -249,7 +252,7 @@ impl TaskService {
             workdir = %workdir.alias
         );
         inner.tracker.spawn(tracing::Instrument::instrument(runner::run(job), span));
-        Ok(handle(&row, false))
+        Ok(handle(&row, false, inner.config.limits.retention_hours))
     }
 
     /// The policy checks of a submission, creating nothing: the workdir exists and the
