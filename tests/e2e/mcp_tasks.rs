@@ -1,7 +1,8 @@
 //! The MCP Tasks extension (SEP-2663) on the wire, through the real front and bridge: a client
 //! that declares it gets a task handle for `submit_agent_task`, follows it with `tasks/get`,
 //! answers an approval with `tasks/update`, cancels with `tasks/cancel`; a client that does not
-//! declare it keeps the synchronous results and cannot call `tasks/*`.
+//! declare it keeps the synchronous results and cannot call `tasks/*`; and rmcp's own client, which
+//! speaks the extension, through the same steps.
 
 use std::time::Duration;
 
@@ -162,4 +163,88 @@ async fn cancel_unknown_ids_and_clients_without_the_extension() {
     assert!(sync["structuredContent"]["task_id"].is_string(), "{sync:#}");
     let reply = call(&front, &key, false, "tasks/get", Some(&id), json!({ "taskId": id })).await;
     assert_eq!(error_code(&reply), -32021, "{:#}", reply.json());
+}
+
+/// The same through rmcp's own client, which speaks the extension: it declares it, gets a task
+/// for `submit_agent_task`, sees `input_required`, answers with `tasks/update`, reaches
+/// `completed` with the result; cancels another; and the same client without the extension
+/// gets today's synchronous result.
+#[tokio::test]
+async fn rmcps_client_speaks_the_extension_end_to_end() {
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, GetTaskParams,
+        Implementation, ProtocolVersion, TaskStatus, UpdateTaskParams,
+    };
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+
+    let bridge = TestBridge::start().await;
+    let front = TestFront::start(&bridge.socket, &[]).await;
+    let key = bridge.create_key("rmcp-tasks", "operator").await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let connect = |tasks: bool| {
+        let config = StreamableHttpClientTransportConfig::with_uri(front.url.clone()).auth_header(key.clone());
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let capabilities =
+            if tasks { ClientCapabilities::builder().enable_tasks().build() } else { ClientCapabilities::default() };
+        let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+        ClientConfig::new(capabilities, Implementation::new("rmcp-tasks-e2e", "1"))
+            .serve_with_lifecycle(transport, lifecycle)
+    };
+    let client = connect(true).await.unwrap_or_else(|e| panic!("connect: {e}\n{}", front.log()));
+    let submit = |prompt: &str| {
+        let args = json!({ "runtime": "fake", "workdir": "repo", "prompt": prompt });
+        let Value::Object(args) = args else { unreachable!() };
+        CallToolRequestParams::new("submit_agent_task").with_arguments(args)
+    };
+    let CallToolResponse::Task(created) = client.call_tool_once(submit("approval:ship it")).await.expect("call") else {
+        panic!("a declaring client gets a task handle");
+    };
+    let id = created.task.task_id.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let task = loop {
+        let got = client.get_task(GetTaskParams::new(id.clone())).await.expect("tasks/get");
+        if got.task.status() == TaskStatus::InputRequired {
+            break serde_json::to_value(&got.task).unwrap();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never input_required: {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let request_key = task["inputRequests"].as_object().and_then(|m| m.keys().next().cloned()).expect("a request");
+    let responses =
+        [(request_key, json!({ "action": "accept", "content": { "decision": "approve_once" } }))].into_iter().collect();
+    client.update_task(UpdateTaskParams::new(id.clone(), responses)).await.expect("tasks/update");
+    let done = loop {
+        let got = client.get_task(GetTaskParams::new(id.clone())).await.expect("tasks/get");
+        if got.task.status().is_terminal() {
+            break serde_json::to_value(&got.task).unwrap();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["structuredContent"]["final_response"], "approval=approve_once", "{done:#}");
+
+    let CallToolResponse::Task(other) = client.call_tool_once(submit("wait:30")).await.expect("call") else {
+        panic!("a task handle");
+    };
+    client.cancel_task(CancelTaskParams::new(other.task.task_id.clone())).await.expect("tasks/cancel");
+    let cancelled = loop {
+        let got = client.get_task(GetTaskParams::new(other.task.task_id.clone())).await.expect("tasks/get");
+        if got.task.status().is_terminal() {
+            break got.task.status();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never cancelled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(cancelled, TaskStatus::Cancelled);
+
+    // Without the extension: the synchronous tool result, as before.
+    let plain = connect(false).await.expect("connect");
+    let args = json!({ "runtime": "fake", "workdir": "docs", "profile": "review", "prompt": "complete:plain" });
+    let Value::Object(args) = args else { unreachable!() };
+    let result =
+        plain.call_tool(CallToolRequestParams::new("submit_agent_task").with_arguments(args)).await.expect("call");
+    assert!(result.structured_content.as_ref().is_some_and(|s| s["task_id"].is_string()), "{result:?}");
 }
