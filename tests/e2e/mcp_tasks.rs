@@ -150,6 +150,9 @@ async fn cancel_unknown_ids_and_clients_without_the_extension() {
     result(&call(&front, &key, true, "tasks/cancel", Some(&id), json!({ "taskId": id })).await);
     until(&front, &key, &id, "cancelled").await;
     result(&call(&front, &key, true, "tasks/cancel", Some(&id), json!({ "taskId": id })).await);
+    // The routing header names the task: a mismatch is refused (SEP-2243's -32020).
+    let reply = call(&front, &key, true, "tasks/get", Some("agt_someone_else"), json!({ "taskId": id })).await;
+    assert_eq!(error_code(&reply), -32020, "{:#}", reply.json());
     // The removed methods do not exist.
     for method in ["tasks/result", "tasks/list"] {
         let reply = call(&front, &key, true, method, Some(&id), json!({ "taskId": id })).await;
