@@ -301,11 +301,16 @@ pub fn remove_private_tmp(path: &Path) {
 
 /// Removes the private `/tmp` of every task but `keep` (startup: no task is running). Blocking.
 pub fn sweep_private_tmps(state_dir: &Path, keep: &[String]) {
-    let Ok(dir) = std::fs::read_dir(state_dir.join("tmp")) else { return };
+    sweep_task_dirs(&state_dir.join("tmp"), keep, remove_private_tmp);
+}
+
+/// Calls `remove` on every entry of `parent` named like a task id, but `keep`'s. Blocking.
+pub fn sweep_task_dirs(parent: &Path, keep: &[String], remove: fn(&Path)) {
+    let Ok(dir) = std::fs::read_dir(parent) else { return };
     for entry in dir.flatten() {
         let name = entry.file_name();
         if name.to_str().is_some_and(|n| crate::ids::looks_like(n, "agt_") && !keep.iter().any(|k| k == n)) {
-            remove_private_tmp(&entry.path());
+            remove(&entry.path());
         }
     }
 }

@@ -100,6 +100,9 @@ pub struct Baseline {
     pub root: PathBuf,
     /// How it was taken.
     pub method: Method,
+    /// The repository's `info/exclude`, found when the baseline was taken (the end run uses
+    /// the same file, whatever the agent did to `.git` meanwhile).
+    exclude: Option<PathBuf>,
 }
 
 /// What the end run produced, read back within bounds.
@@ -147,7 +150,7 @@ impl Snapshots {
         let method = if repo.is_some() { Method::Git } else { Method::Tree };
         let seed = repo.as_ref().map(|r| r.index.clone());
         let exclude = repo.as_ref().map(|r| r.exclude.clone());
-        let taken = self.run(&git, task_id, &root, dir, "baseline", seed, exclude).await;
+        let taken = self.run(&git, task_id, &root, dir, "baseline", seed, exclude.clone()).await;
         if let Err(e) = taken {
             let d = dir.to_owned();
             let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
@@ -160,16 +163,13 @@ impl Snapshots {
             let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
             return Err(format!("the workdir's baseline is larger than {} MiB", STORE_LIMIT >> 20));
         }
-        Ok(Baseline { dir: dir.to_owned(), root, method })
+        Ok(Baseline { dir: dir.to_owned(), root, method, exclude })
     }
 
     /// Diffs the workdir against its baseline; the outputs are read back within bounds.
     pub async fn change_set(&self, task_id: &str, baseline: &Baseline) -> Result<RawChangeSet, String> {
         let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
-        let exclude = match baseline.method {
-            Method::Git => git_dirs(&baseline.root).map(|r| r.exclude),
-            Method::Tree => None,
-        };
+        let exclude = baseline.exclude.clone();
         self.run(&git, task_id, &baseline.root, &baseline.dir, "end", None, exclude).await?;
         let dir = baseline.dir.clone();
         tokio::task::spawn_blocking(move || -> Result<RawChangeSet, String> {
@@ -405,13 +405,7 @@ pub fn remove(dir: &Path) {
 /// Removes every task's snapshot directory but `keep`'s (start-up: no task is running, and a
 /// baseline does not survive a restart). Blocking.
 pub fn sweep(state_dir: &Path, keep: &[String]) {
-    let Ok(entries) = std::fs::read_dir(state_dir.join("changes")) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if name.to_str().is_some_and(|n| crate::ids::looks_like(n, "agt_") && !keep.iter().any(|k| k == n)) {
-            remove(&entry.path());
-        }
-    }
+    super::sandbox::sweep_task_dirs(&state_dir.join("changes"), keep, remove);
 }
 
 #[cfg(test)]
