@@ -198,30 +198,45 @@ impl Notifier {
     }
 
     /// Starts a send for every due row there is room for: [`IN_FLIGHT`] in all, [`PER_TARGET`]
-    /// per target.
+    /// per target. Rows are fetched in rounds that leave out the targets already full, so a
+    /// backlog of one target (ahead of the others in due order) never hides another's rows.
     async fn dispatch(&self, now: i64, shutdown: &CancellationToken) {
-        let (busy, full) = {
-            let busy = self.inner.busy.lock().unwrap_or_else(|p| p.into_inner());
-            let mut per_target: HashMap<u8, usize> = HashMap::new();
-            for target in busy.values() {
-                *per_target.entry(*target).or_default() += 1;
-            }
-            let full: Vec<u8> = per_target.into_iter().filter(|(_, n)| *n >= PER_TARGET).map(|(t, _)| t).collect();
-            (busy.keys().copied().collect::<Vec<i64>>(), full)
-        };
-        let room = IN_FLIGHT.saturating_sub(busy.len());
-        if room == 0 {
-            return;
-        }
-        let store = Arc::clone(&self.inner.store);
-        // Fetched with some slack: rows of a target whose last slot this round takes are skipped.
-        let rows = match store.call(move |s| s.due_notifications(now, (room * PER_TARGET) as u32, &busy, &full)).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::warn!(cause = %e, "cannot read the notification outbox");
+        loop {
+            let (busy, full) = {
+                let busy = self.inner.busy.lock().unwrap_or_else(|p| p.into_inner());
+                let mut per_target: HashMap<u8, usize> = HashMap::new();
+                for target in busy.values() {
+                    *per_target.entry(*target).or_default() += 1;
+                }
+                let full: Vec<u8> = per_target.into_iter().filter(|(_, n)| *n >= PER_TARGET).map(|(t, _)| t).collect();
+                (busy.keys().copied().collect::<Vec<i64>>(), full)
+            };
+            let room = IN_FLIGHT.saturating_sub(busy.len());
+            if room == 0 {
                 return;
             }
-        };
+            let limit = room * PER_TARGET;
+            let store = Arc::clone(&self.inner.store);
+            let rows = match store.call(move |s| s.due_notifications(now, limit as u32, &busy, &full)).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(cause = %e, "cannot read the notification outbox");
+                    return;
+                }
+            };
+            let fetched = rows.len();
+            // A full fetch started at least one row (a fetched row is of a target with room
+            // when the round began), so rounds end: when nothing more is due, or no room is left.
+            self.start(rows, room, shutdown);
+            if fetched < limit {
+                return;
+            }
+        }
+    }
+
+    /// Starts sends for `rows` in order, at most `room` and [`PER_TARGET`] per target (rows
+    /// over a target's share are left for a later round).
+    fn start(&self, rows: Vec<OutboxRow>, room: usize, shutdown: &CancellationToken) {
         let mut started = 0;
         for row in rows {
             {
@@ -260,9 +275,11 @@ impl Notifier {
         };
         let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         let attempt = Attempt { at: started_ms, http_status: status, latency_ms, error };
+        // The last retry is pulled in to the give-up time, so a row is tried for the whole day.
         let retry_at = attempt.error.as_ref().and_then(|_| {
-            let at = started_ms + latency_ms + backoff_ms(self.inner.config.notify.retry_base_ms, row.attempts + 1);
-            (at <= row.give_up_at && self.target(row.target).is_some()).then_some(at)
+            let ended = started_ms + latency_ms;
+            let at = ended + backoff_ms(self.inner.config.notify.retry_base_ms, row.attempts + 1);
+            (ended < row.give_up_at && self.target(row.target).is_some()).then_some(at.min(row.give_up_at))
         });
         match &attempt.error {
             None => {
@@ -380,7 +397,7 @@ impl Notifier {
                     "given_up": s.given_up,
                     "last_ok_at": s.last_ok_at.map(crate::clock::rfc3339),
                     "failing_since": failing.map(crate::clock::rfc3339),
-                    "failing_for_an_hour": failing.is_some_and(|at| now - at >= FAILING_WARN_MS),
+                    "failing_for_an_hour": failing.is_some() && s.failing_for(FAILING_WARN_MS, now),
                 })
             })
             .collect();

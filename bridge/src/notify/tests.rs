@@ -228,3 +228,51 @@ async fn a_target_that_hangs_delays_only_its_own_rows() {
     assert_eq!(pending, 12, "the hanging target's rows wait, none lost");
     held.abort();
 }
+
+#[tokio::test]
+async fn a_backlog_of_a_hanging_target_ahead_in_due_order_does_not_hide_another_targets_row() {
+    let (base, got) = receiver(0).await;
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let hang_addr = hang.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = hang.accept().await {
+            open.push(conn);
+        }
+    });
+    let root = tempfile::tempdir().expect("tempdir");
+    let env = format!(
+        "SERVERFS_NOTIFY_01_URL=http://{hang_addr}/hook\nSERVERFS_NOTIFY_01_KIND=webhook\nSERVERFS_NOTIFY_01_SECRET={SECRET}\n\
+         SERVERFS_NOTIFY_01_EVENTS=task.finished\n\
+         SERVERFS_NOTIFY_02_URL={base}/hook\nSERVERFS_NOTIFY_02_KIND=webhook\nSERVERFS_NOTIFY_02_SECRET={SECRET}\n\
+         SERVERFS_NOTIFY_02_EVENTS=task.failed\nSERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true\n"
+    );
+    let config = crate::tasks::testing::config(root.path(), "fake", &env);
+    // The backlog a restart finds: twenty rows of the hanging target, all due before the one
+    // row of the healthy target (more than one fetch's worth of rows).
+    let store = Store::open(&config.state_dir).expect("store");
+    store.set_routes(routes(&config.notify));
+    for i in 0..20 {
+        finish_task(&store, &format!("agt_{i}"));
+    }
+    let new = crate::store::tests::new_task("agt_failed", None);
+    store.insert_task(&new, 100, None, &NewEvent::new("task.submitted", serde_json::json!({}))).expect("insert");
+    let now = Clock::System.now_ms();
+    for to in [TaskStatus::Starting, TaskStatus::Failed] {
+        store.transition("agt_failed", to, TransitionFields::default(), now).expect("transition");
+    }
+    drop(store);
+    let (store, _n, stop, worker) = start(config);
+    wait_for(&got, 1).await;
+    // The healthy row went out while the hanging target's first attempts (10 s each) were
+    // still open: none of its rows has an attempt recorded yet.
+    let rows = store.recent_notifications(50).expect("rows");
+    let hanging: Vec<_> = rows.iter().filter(|r| r.target == 1).collect();
+    assert_eq!(hanging.len(), 20);
+    assert!(hanging.iter().all(|r| r.attempts == 0 && r.state == "pending"), "{hanging:?}");
+    let body = got.lock().unwrap()[0].4.clone();
+    assert!(body.contains("\"task.failed\"") && body.contains("agt_failed"), "{body}");
+    stop.cancel();
+    worker.await.expect("worker");
+    held.abort();
+}
