@@ -122,7 +122,8 @@ fn message_lines(facts: &Value) -> Vec<String> {
 /// A short text of a request's details: an approval's title and command, or the questions.
 fn details_text(details: &Value) -> String {
     let mut parts = Vec::new();
-    for key in ["title", "command", "reason", "plan_title"] {
+    // `command_display` is the whole command both runtimes' approvals carry (the title clips it).
+    for key in ["title", "command_display", "reason", "plan_title"] {
         if let Some(v) = details.get(key).and_then(Value::as_str) {
             parts.push(v.to_owned());
         }
@@ -192,10 +193,14 @@ fn slack_escape(text: &str) -> String {
 fn slack(target: &NotifyTarget, facts: &Value, links: &Value) -> Request {
     let title = clip(title(facts), 150);
     let lines = message_lines(facts);
-    let mut blocks = vec![
-        json!({ "type": "header", "text": { "type": "plain_text", "text": title, "emoji": true } }),
-        json!({ "type": "section", "text": { "type": "mrkdwn", "text": clip(&slack_escape(&lines.join("\n")), 2900) } }),
-    ];
+    let mut blocks = vec![json!({ "type": "header", "text": { "type": "plain_text", "text": title, "emoji": true } })];
+    // Slack refuses a section with empty text (`invalid_blocks`): one with nothing more to say
+    // than its title (a test notification) has none.
+    if !lines.is_empty() {
+        blocks.push(
+            json!({ "type": "section", "text": { "type": "mrkdwn", "text": clip(&slack_escape(&lines.join("\n")), 2900) } }),
+        );
+    }
     if let Some(link) = links.get("action").or_else(|| links.get("board")).and_then(Value::as_str) {
         let label = if links.get("action").is_some() { "Answer" } else { "Open" };
         blocks.push(json!({
@@ -299,5 +304,40 @@ mod tests {
         assert_eq!(body["blocks"][0]["text"]["text"].as_str().map(|t| t.chars().count()), Some(150));
         assert!(body["blocks"][1]["text"]["text"].as_str().expect("text").contains("&lt;a&amp;b&gt;"));
         assert_eq!(body["blocks"][2]["elements"][0]["url"], "https://b/tasks/agt_1");
+    }
+
+    #[test]
+    fn a_slack_message_with_only_a_title_has_no_empty_section() {
+        // What `notify test` writes: a title and the board link, nothing else.
+        let facts = json!({ "event": "notify.test", "title": "Test notification from agent-bridge",
+                            "links": { "board": "/notifications" } });
+        let req = render(
+            &row("notify.test", facts, None),
+            &target(NotifyKind::Slack, "https://hooks.example/T/B/C", None),
+            "https://b",
+            0,
+        )
+        .expect("render");
+        let body: Value = serde_json::from_str(&req.body).expect("json");
+        let blocks = body["blocks"].as_array().expect("blocks");
+        assert_eq!(blocks.iter().map(|b| b["type"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["header", "actions"]);
+        assert!(blocks.iter().all(|b| b["text"]["text"].as_str().is_none_or(|t| !t.is_empty())), "{body}");
+    }
+
+    #[test]
+    fn full_details_show_an_approvals_whole_command_beyond_its_clipped_title() {
+        let command = format!("cargo test -- {}", "x".repeat(300));
+        let facts = json!({ "title": "repo needs an approval", "request_id": "req_1", "task_id": "agt_1",
+            "details": { "title": format!("Run `{}…`", &command[..190]), "command_display": command } });
+        for kind in [NotifyKind::Slack, NotifyKind::Ntfy] {
+            let req = render(
+                &row("approval.requested", facts.clone(), None),
+                &target(kind, "https://n.example/alerts", None),
+                "https://b",
+                0,
+            )
+            .expect("render");
+            assert!(req.body.contains(&"x".repeat(300)), "{kind:?}: {}", req.body);
+        }
     }
 }
