@@ -259,7 +259,7 @@ fn notify_check(
                     .into_iter()
                     .filter(|s| s.pending > 0 || s.given_up > 0)
                     .map(|s| {
-                        let long = s.failing_since.is_some_and(|at| now - at >= crate::notify::FAILING_WARN_MS);
+                        let long = s.failing_for(crate::notify::FAILING_WARN_MS, now);
                         (s.target, s.failing_since.map(crate::clock::rfc3339), s.pending, long)
                     })
                     .collect()

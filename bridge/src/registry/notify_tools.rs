@@ -36,7 +36,7 @@ pub(super) fn all() -> Vec<Capability> {
             local(
                 "admin_list_notifications",
                 Scope::Read,
-                "Lists the notification targets with their delivery figures, and the newest deliveries with their attempts.",
+                "Lists the notification targets with their delivery figures, and the newest deliveries with their attempt count and last outcome.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: ListArgs| async move { ctx.services.notify.overview(a.limit).await },

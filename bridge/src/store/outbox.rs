@@ -130,6 +130,21 @@ pub struct TargetStats {
     pub last_ok_at: Option<i64>,
     /// Unix ms of the first failed attempt since the last delivery.
     pub failing_since: Option<i64>,
+    /// Unix ms of the last failed attempt since the last delivery.
+    pub last_failure_at: Option<i64>,
+}
+
+impl TargetStats {
+    /// Whether the target's deliveries have failed for `span` ms by `now`: its first failure
+    /// since its last delivery is that old, and either rows are still being retried or its
+    /// failures since then span that long (one failed test notification, never retried, does
+    /// not make a target failing for an hour; rows retried for a day and given up do, until a
+    /// delivery succeeds).
+    pub fn failing_for(&self, span: i64, now: i64) -> bool {
+        let Some(first) = self.failing_since else { return false };
+        let last = self.last_failure_at.unwrap_or(first);
+        now - first >= span && (self.pending > 0 || last - first >= span)
+    }
 }
 
 /// A stored action link.
@@ -608,16 +623,17 @@ impl Store {
                     given_up: r.get(3)?,
                     last_ok_at: r.get(4)?,
                     failing_since: None,
+                    last_failure_at: None,
                 })
             })?;
             let mut stats: Vec<TargetStats> = rows.collect::<Result<_, _>>()?;
-            let mut first_failure = c.prepare_cached(
-                "SELECT MIN(a.at) FROM notify_attempts a JOIN notify_outbox o ON o.outbox_id = a.outbox_id \
+            let mut failures = c.prepare_cached(
+                "SELECT MIN(a.at), MAX(a.at) FROM notify_attempts a JOIN notify_outbox o ON o.outbox_id = a.outbox_id \
                  WHERE o.target = ?1 AND a.error IS NOT NULL AND a.at > ?2",
             )?;
             for s in &mut stats {
-                s.failing_since =
-                    first_failure.query_row(params![s.target, s.last_ok_at.unwrap_or(0)], |r| r.get(0))?;
+                (s.failing_since, s.last_failure_at) =
+                    failures.query_row(params![s.target, s.last_ok_at.unwrap_or(0)], |r| Ok((r.get(0)?, r.get(1)?)))?;
             }
             Ok(stats)
         })

@@ -214,3 +214,37 @@ fn a_plan_awaiting_approval_is_reported_and_one_approved_at_creation_is_not() {
     assert_eq!(full["steps"], 3);
     assert_eq!(full["links"]["board"], "/plans/pln_1");
 }
+
+#[test]
+fn a_target_fails_for_an_hour_only_while_retrying_or_after_failures_spanning_it() {
+    const HOUR: i64 = 3_600_000;
+    let (_dir, store) = open(vec![all(1, false)]);
+    let failed = |at| Attempt { at, http_status: None, latency_ms: 5, error: Some("connection failed".into()) };
+    // One failed test notification (never retried), long ago: not a failing target.
+    let id = store.enqueue_test_notification(1, 1_000).expect("test");
+    let test_row = store.get_notification(&id).expect("read").expect("row");
+    store.record_attempt(test_row.outbox_id, &failed(1_000), None).expect("record");
+    let stats = store.notification_stats().expect("stats");
+    assert_eq!((stats[0].failing_since, stats[0].last_failure_at), (Some(1_000), Some(1_000)));
+    assert!(!stats[0].failing_for(HOUR, 10 * HOUR), "one failure is not an hour of failing");
+    // A row retried since then: failing for an hour once the first failure is an hour old.
+    task(&store, "agt_1");
+    store.transition("agt_1", TaskStatus::Succeeded, TransitionFields::default(), 2_000).expect("succeed");
+    let row = store.due_notifications(3_000, 10, &[], &[]).expect("due").remove(0);
+    store.record_attempt(row.outbox_id, &failed(3_000), Some(4_000)).expect("record");
+    let stats = store.notification_stats().expect("stats");
+    assert!(!stats[0].failing_for(HOUR, 1_000 + HOUR - 1));
+    assert!(stats[0].failing_for(HOUR, 1_000 + HOUR));
+    // Given up after failures spanning more than an hour: still failing, until a delivery.
+    store.record_attempt(row.outbox_id, &failed(2 * HOUR), None).expect("give up");
+    let stats = store.notification_stats().expect("stats");
+    assert_eq!(stats[0].pending, 0);
+    assert!(stats[0].failing_for(HOUR, 5 * HOUR));
+    task(&store, "agt_2");
+    store.transition("agt_2", TaskStatus::Succeeded, TransitionFields::default(), 5 * HOUR).expect("succeed");
+    let row = store.due_notifications(5 * HOUR, 10, &[], &[]).expect("due").remove(0);
+    let ok = Attempt { at: 5 * HOUR, http_status: Some(200), latency_ms: 2, error: None };
+    store.record_attempt(row.outbox_id, &ok, None).expect("deliver");
+    let stats = store.notification_stats().expect("stats");
+    assert!(!stats[0].failing_for(HOUR, 9 * HOUR), "a delivery ends the failing spell");
+}
