@@ -374,6 +374,22 @@ async fn ntfy_and_slack_receive_payloads_of_their_documented_shapes() {
     let mut all: Vec<&Value> = ntfy;
     all.extend(slack);
     assert_nothing_leaks(&b, &all, marker);
+
+    // `agent-bridge notify test NN` on each kind: one attempt the receiver's shape check
+    // accepts (a Slack test message has only a title: no empty section, which Slack refuses).
+    for (slot, path) in [("01", "/ntfy/"), ("02", "/slack/chan")] {
+        let out = b.cli_env(&["notify", "test", slot]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "notify test {slot}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains(&format!("target {slot}")) && text.contains("delivered, HTTP 200"), "{text}");
+        let records = rx.records();
+        let last = at(&records, path).into_iter().last().expect("the test notification arrived").clone();
+        assert_eq!(last["status_answered"], 200, "{}", summary(&records));
+        assert!(body(&last).to_string().contains("Test notification"), "{last}");
+    }
+    let out = b.cli_env(&["notify", "test", "03"]);
+    assert!(!out.status.success(), "an unconfigured target is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("target 03 is not configured"), "{out:?}");
 }
 
 /// One `submit_agent_task` as the local operator, on a client of its own.
@@ -555,4 +571,96 @@ async fn a_thousand_finishes_are_delivered_once_each_and_wait_in_the_store_for_a
     }
     assert_eq!(at(&rx.records(), hook).len(), TOTAL, "nothing is sent twice");
     assert!(b.health().await.is_ok(), "the bridge still answers");
+}
+
+#[tokio::test]
+async fn a_target_of_every_event_gets_questions_failures_plans_and_closed_workdirs_with_full_details_and_no_path() {
+    let Some(rx) = Receiver::start(SECRET, &[]).await else { return };
+    let hook = "/webhook/all";
+    // EVENTS empty: all six. Without the sandbox, so that an orphan can outlive a killed bridge
+    // and keep its workdir closed (the marker proof's own case, as in `orphans`).
+    let options = webhook(&rx.url(hook), &["DETAILS=full"]).with("SERVERFS_AGENT_SANDBOX=off");
+    let mut b = TestBridge::start_with(options).await;
+    let (repo, docs) = (b.repo.display().to_string(), b.docs.display().to_string());
+
+    // A question whose text names a host path: full details show the question, the path
+    // rewritten relative to the workdir.
+    let asked = b
+        .submit_ok(json!({ "workdir": "docs", "profile": "review", "prompt": format!("question:Shall I tidy {docs}/qmarker.md") }))
+        .await;
+    b.wait_status(&asked, "waiting_for_question").await;
+    let failed = b.submit("fail:the build broke").await;
+    assert_eq!(b.wait_terminal(&failed).await["status"], "failed");
+    // A plan filed by an MCP caller waits for a human: the target hears of it.
+    let key = b.create_key("planner", "operator").await;
+    let plan = b
+        .call_mcp(
+            Some(&key),
+            "submit_agent_plan",
+            json!({ "workdir": "docs", "runtime": "fake", "profile": "review", "title": "Tidy the docs",
+                    "steps": [{ "title": "look", "prompt": "complete:plan-step-secret" }] }),
+        )
+        .await
+        .expect("plan");
+    let plan_id = plan["plan_id"].as_str().expect("plan id").to_owned();
+    let records = rx
+        .wait_for(
+            |r| {
+                !of_type(r, hook, "question.requested").is_empty()
+                    && !of_type(r, hook, "task.failed").is_empty()
+                    && !of_type(r, hook, "plan.pending_approval").is_empty()
+            },
+            Duration::from_secs(20),
+        )
+        .await;
+    let question = body(of_type(&records, hook, "question.requested")[0]);
+    let data = &question["data"];
+    assert_eq!((data["task_id"].as_str(), data["request_kind"].as_str()), (Some(asked.as_str()), Some("question")));
+    assert!(data["links"]["action"].as_str().is_some_and(|l| l.starts_with(&format!("{BOARD}/a/"))), "{question:#}");
+    let details = data["details"].to_string();
+    assert!(details.contains("qmarker.md"), "full details carry the question: {question:#}");
+    let failure = body(of_type(&records, hook, "task.failed")[0]);
+    assert_eq!(
+        (failure["data"]["task_id"].as_str(), failure["data"]["status"].as_str()),
+        (Some(failed.as_str()), Some("failed"))
+    );
+    let pending = body(of_type(&records, hook, "plan.pending_approval")[0]);
+    assert_eq!(pending["data"]["plan_id"], plan_id.as_str(), "{pending:#}");
+    assert_eq!(pending["data"]["links"]["board"], format!("{BOARD}/plans/{plan_id}"), "{pending:#}");
+    b.call("cancel_agent_task", json!({ "task_id": asked })).await.expect("cancel");
+
+    // A writer whose stop cannot be proven after a crash: the restarted bridge keeps the
+    // workdir closed and says so once.
+    let (orphaned, orphan) = b.crash_leaving_an_orphan(120).await;
+    let _kill = KillOnDrop(orphan);
+    b.spawn().await;
+    let records =
+        rx.wait_for(|r| !of_type(r, hook, "workdir.recovery_required").is_empty(), Duration::from_secs(20)).await;
+    let closed = of_type(&records, hook, "workdir.recovery_required");
+    assert_eq!(closed.len(), 1, "{}", summary(&records));
+    let closed = body(closed[0]);
+    assert_eq!(
+        (closed["data"]["task_id"].as_str(), closed["data"]["workdir"].as_str()),
+        (Some(orphaned.as_str()), Some("repo"))
+    );
+
+    let all = at(&records, hook);
+    for r in &all {
+        assert_signed_delivery(r);
+    }
+    // Full details never carry a host path, the step's prompt or the key.
+    assert_nothing_leaks(&b, &all, "plan-step-secret");
+    for r in &all {
+        let text = r["body"].as_str().unwrap_or_default();
+        assert!(!text.contains(&repo) && !text.contains(&docs) && !text.contains(&key), "{text}");
+    }
+}
+
+/// Kills a stray test process when the test ends, whatever happens.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
+    }
 }
