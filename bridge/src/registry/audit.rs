@@ -33,6 +33,9 @@ use crate::store::audit::AuditRow;
 
 const QUEUE: usize = 16_384;
 const BATCH: usize = 512;
+/// How long the writer waits for more rows after the first of a batch: under load a commit
+/// then carries many rows instead of a few (rows wait in memory that long, no caller does).
+const GATHER: Duration = Duration::from_millis(5);
 /// The most flood sources a minute that get a row of their own.
 pub const SOURCES_PER_MINUTE: usize = 64;
 /// How often the coalesced counts are written at the latest.
@@ -206,10 +209,22 @@ async fn writer(store: Arc<Store>, mut rx: mpsc::Receiver<Msg>, flood: Arc<Mutex
             Some(first) => batch.push(first),
             None => open = false,
         }
-        while open && batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(msg) => batch.push(msg),
-                Err(_) => break,
+        // A group commit: rows that arrive within [`GATHER`] of the first join its batch (a
+        // flush or the shutdown ends the wait at once).
+        let gathered = tokio::time::Instant::now() + GATHER;
+        while open && batch.len() < BATCH && !matches!(batch.last(), Some(Msg::Flush(_))) {
+            let next = match rx.try_recv() {
+                Ok(msg) => Some(msg),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
+                    msg = rx.recv() => msg,
+                    _ = tokio::time::sleep_until(gathered) => break,
+                    _ = shutdown.cancelled() => break,
+                },
+            };
+            match next {
+                Some(msg) => batch.push(msg),
+                None => open = false,
             }
         }
         // In queue order: a flood source's first row keeps its place among its neighbours.
@@ -243,12 +258,7 @@ async fn write(store: &Arc<Store>, rows: Vec<(Option<String>, AuditRow)>, used: 
         return;
     }
     let count = rows.len();
-    let result = store
-        .call(move |s| {
-            s.write_audit(&rows)?;
-            s.touch_keys(&used)
-        })
-        .await;
+    let result = store.call(move |s| s.write_audit(&rows, &used)).await;
     if let Err(e) = result {
         tracing::error!(cause = %e, count, "cannot write audit rows");
     }

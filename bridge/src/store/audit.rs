@@ -62,17 +62,20 @@ const INSERT: &str = "INSERT INTO audit_log (at, surface, principal, role, capab
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
 impl Store {
-    /// Inserts a batch of audit rows in one transaction (one fsync for the whole batch).
+    /// Inserts a batch of audit rows in one transaction.
     pub fn insert_audit(&self, rows: &[AuditRow]) -> Result<(), StoreError> {
         let rows: Vec<(Option<String>, AuditRow)> = rows.iter().map(|r| (None, r.clone())).collect();
-        self.write_audit(&rows)
+        self.write_audit(&rows, &[])
     }
 
-    /// Writes `rows` in order, in one transaction. A row with a coalescing key whose key
-    /// already has a row adds its count to that row (and keeps the longer duration); otherwise
-    /// it becomes that key's row. A row without a key is inserted as it is.
-    pub fn write_audit(&self, rows: &[(Option<String>, AuditRow)]) -> Result<(), StoreError> {
-        self.write(|tx| {
+    /// Writes `rows` in order and marks the keys in `used` used (at the latest of their
+    /// times), in one transaction, relaxed ([`Store::write_relaxed`]: these rows describe
+    /// calls already answered). A row with a coalescing key whose key already has a row adds
+    /// its count to that row (and keeps the longer duration); otherwise it becomes that key's
+    /// row. A row without a key is inserted as it is.
+    pub fn write_audit(&self, rows: &[(Option<String>, AuditRow)], used: &[(String, i64)]) -> Result<(), StoreError> {
+        self.write_relaxed(|tx| {
+            Store::touch_keys_in(tx, used)?;
             let upsert = format!(
                 "{INSERT} ON CONFLICT(coalesce_key) WHERE coalesce_key IS NOT NULL DO UPDATE SET \
                  call_count = call_count + excluded.call_count, duration_us = max(duration_us, excluded.duration_us)"

@@ -1,6 +1,6 @@
 //! API keys: only their SHA-256 is stored; the secret is shown once at creation.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{Store, StoreError, is_unique_violation};
 use crate::config::Role;
@@ -85,19 +85,22 @@ impl Store {
         })
     }
 
-    /// Records when keys were last used (one batch, from the audit writer).
-    pub fn touch_keys(&self, used: &[(String, i64)]) -> Result<(), StoreError> {
-        if used.is_empty() {
-            return Ok(());
-        }
-        self.write(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "UPDATE api_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?2) WHERE key_id = ?1",
-            )?;
-            for (key_id, at) in used {
-                stmt.execute(params![key_id, at])?;
+    /// Records when keys were last used (a batch of the audit writer, in its transaction):
+    /// one update per key, at the latest of its times.
+    pub(super) fn touch_keys_in(tx: &Transaction<'_>, used: &[(String, i64)]) -> Result<(), StoreError> {
+        let mut latest: Vec<(&str, i64)> = Vec::new();
+        for (key_id, at) in used {
+            match latest.iter_mut().find(|(k, _)| *k == key_id) {
+                Some(entry) => entry.1 = entry.1.max(*at),
+                None => latest.push((key_id, *at)),
             }
-            Ok(())
-        })
+        }
+        let mut stmt = tx.prepare_cached(
+            "UPDATE api_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?2) WHERE key_id = ?1",
+        )?;
+        for (key_id, at) in latest {
+            stmt.execute(params![key_id, at])?;
+        }
+        Ok(())
     }
 }

@@ -195,9 +195,31 @@ impl Store {
         &self.path
     }
 
-    /// Runs `f` in one immediate (write-locked) transaction; commits when it returns `Ok`.
+    /// Runs `f` in one immediate (write-locked) transaction; commits when it returns `Ok`,
+    /// durably (the commit is on disk when this returns).
     pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.writer.lock().unwrap_or_else(|poison| poison.into_inner());
+        self.write_on(&mut conn, f)
+    }
+
+    /// [`Store::write`] for a record that may be lost in a power failure: its commit is not
+    /// flushed to disk by itself (WAL with `synchronous = NORMAL`); the next durable commit,
+    /// or the next checkpoint, flushes it. For the audit rows, which are written after the
+    /// calls they describe were answered: a flush per batch was most of their cost.
+    pub fn write_relaxed<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut conn = self.writer.lock().unwrap_or_else(|poison| poison.into_inner());
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let value = self.write_on(&mut conn, f);
+        // Restored before the lock is released, so no other write is ever relaxed.
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        value
+    }
+
+    fn write_on<T>(
+        &self,
+        conn: &mut Connection,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&tx);
         let dirty = self.outbox_dirty.swap(false, std::sync::atomic::Ordering::Relaxed);

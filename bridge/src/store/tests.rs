@@ -367,7 +367,7 @@ fn a_database_from_before_audit_counts_keeps_its_rows_at_count_one() {
         ]
     );
     // Coalescing works on the upgraded table at once.
-    store.write_audit(&[(Some("k".into()), audit_row(4, "whoami"))]).unwrap();
+    store.write_audit(&[(Some("k".into()), audit_row(4, "whoami"))], &[]).unwrap();
     drop(store);
     let store = Store::open(&state).unwrap();
     assert_eq!(
@@ -387,9 +387,9 @@ fn coalesced_audit_rows_add_up_under_their_key() {
     let mut three = audit_row(11, "whoami");
     three.count = 3;
     let key = |k: &str| Some(k.to_owned());
-    store.write_audit(&[(None, audit_row(5, "plain")), (key("m1|whoami"), audit_row(10, "whoami"))]).unwrap();
-    store.write_audit(&[(key("m1|whoami"), three), (key("m1|*"), audit_row(12, "*"))]).unwrap();
-    store.write_audit(&[(key("m1|whoami"), long), (None, audit_row(13, "plain"))]).unwrap();
+    store.write_audit(&[(None, audit_row(5, "plain")), (key("m1|whoami"), audit_row(10, "whoami"))], &[]).unwrap();
+    store.write_audit(&[(key("m1|whoami"), three), (key("m1|*"), audit_row(12, "*"))], &[]).unwrap();
+    store.write_audit(&[(key("m1|whoami"), long), (None, audit_row(13, "plain"))], &[]).unwrap();
     let rows = store.read_audit(&Default::default(), None, 10).unwrap();
     let seen: Vec<(&str, i64, i64, i64)> =
         rows.iter().map(|r| (r.capability.as_str(), r.at, r.count, r.duration_us)).collect();
@@ -409,4 +409,30 @@ fn audit_retention_deletes_old_rows_in_batches() {
     assert_eq!(store.delete_audit_before(20, 8).unwrap(), 0, "nothing left to do");
     let kept: Vec<i64> = store.read_audit(&Default::default(), None, 100).unwrap().iter().map(|r| r.at).collect();
     assert_eq!(kept, [24, 23, 22, 21, 20]);
+}
+
+/// The audit batch marks each key used once, at its latest call, in the batch's own
+/// transaction; that transaction is relaxed, and every later write is durable again.
+#[test]
+fn an_audit_batch_touches_each_key_once_and_leaves_later_writes_durable() {
+    let (_dir, store) = open();
+    let key = super::keys::KeyRow {
+        key_id: "key_1".into(),
+        name: "alice".into(),
+        role: crate::config::Role::Operator,
+        key_sha256: [7; 32],
+        workdirs: None,
+        created_at: 1,
+        last_used_at: None,
+        revoked_at: None,
+    };
+    store.insert_key(&key).unwrap();
+    let used = [("key_1".to_owned(), 30), ("key_1".to_owned(), 50), ("key_1".to_owned(), 40), ("key_x".to_owned(), 9)];
+    store.write_audit(&[(None, audit_row(50, "whoami"))], &used).unwrap();
+    let keys = store.list_keys().unwrap();
+    assert_eq!(keys[0].last_used_at, Some(50));
+    assert_eq!(store.read_audit(&Default::default(), None, 10).unwrap().len(), 1);
+    // 2 = FULL: the relaxed setting ended with its batch.
+    let synchronous: i64 = store.write(|tx| Ok(tx.query_row("PRAGMA synchronous", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(synchronous, 2);
 }
