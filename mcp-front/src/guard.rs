@@ -41,11 +41,16 @@ pub struct Guard {
     service: McpService,
     /// The bridge (for the OAuth metadata of a refusal).
     bridge: Arc<Bridge>,
+    /// The handler, for direct tool calls.
+    front: Front,
+    /// Whether eligible tool calls are answered directly ([`crate::direct`]).
+    direct: bool,
 }
 
 impl Guard {
-    /// The guard for `config` in front of `service`.
-    pub fn new(config: &Config, service: McpService, bridge: Arc<Bridge>) -> Guard {
+    /// The guard for `config` in front of `service`; with `direct`, eligible tool calls are
+    /// answered without the service ([`crate::direct`]).
+    pub fn new(config: &Config, service: McpService, bridge: Arc<Bridge>, direct: bool) -> Guard {
         let mut hosts: Vec<String> = config.allowed_hosts.clone();
         if config.is_loopback() {
             hosts.extend(["localhost", "127.0.0.1", "::1"].map(str::to_owned));
@@ -59,7 +64,8 @@ impl Guard {
         let enforce = config.is_loopback() || !config.allowed_hosts.is_empty();
         let hosts = enforce.then(|| hosts.iter().filter_map(|h| parse_authority(h)).collect());
         let origins = allowed_origins(config);
-        Guard { hosts, origins, service, bridge }
+        let front = Front::new(Arc::clone(&bridge));
+        Guard { hosts, origins, service, bridge, front, direct }
     }
 
     /// The bridge client.
@@ -162,39 +168,19 @@ async fn handle(guard: &Guard, request: Request, path: McpPath) -> Response {
             );
         }
     };
-    let value: Value = match serde_json::from_slice(&bytes) {
-        Ok(value) => value,
-        Err(e) => {
-            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, &format!("Parse error: {e}"));
-        }
+    // One reading of the body in the common case; the refusals read it again to say why.
+    let message = match serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+        Ok(message) => message,
+        Err(e) => return unreadable(&bytes, &e),
     };
-    let id = match &value {
-        Value::Object(m) => m.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null),
-        Value::Array(_) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                -32600,
-                "Invalid Request: batches are not supported; send one JSON-RPC message per POST",
-            );
-        }
-        _ => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                -32600,
-                "Invalid Request: the body must be one JSON-RPC message object",
-            );
-        }
-    };
-    if let Err(e) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            id,
-            -32600,
-            &format!("Invalid Request: not a JSON-RPC 2.0 message this server accepts: {e}"),
-        );
+    crate::quirks::complete_accept(&mut parts.headers);
+    if guard.direct
+        && let Some(call) = crate::direct::eligible(&parts.headers, message)
+    {
+        return direct(guard, call, &parts.headers, path).await;
     }
+    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let id = value.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
     crate::quirks::apply(&mut parts.headers, &value);
     let outcome = AuthOutcome::default();
     parts.extensions.insert(outcome.clone());
@@ -214,6 +200,54 @@ async fn handle(guard: &Guard, request: Request, path: McpPath) -> Response {
     // Stateless: never hand out a session (rmcp does not in this mode; keep it that way).
     response.headers_mut().remove("mcp-session-id");
     response
+}
+
+/// The refusal of a body that is not a JSON-RPC message this server accepts, with the reason
+/// and, when it can be read, the request's id.
+fn unreadable(bytes: &[u8], message_error: &serde_json::Error) -> Response {
+    let value: Value = match serde_json::from_slice(bytes) {
+        Ok(value) => value,
+        Err(e) => {
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, &format!("Parse error: {e}"));
+        }
+    };
+    match &value {
+        Value::Object(m) => {
+            let id = m.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                -32600,
+                &format!("Invalid Request: not a JSON-RPC 2.0 message this server accepts: {message_error}"),
+            )
+        }
+        Value::Array(_) => rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "Invalid Request: batches are not supported; send one JSON-RPC message per POST",
+        ),
+        _ => rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32600,
+            "Invalid Request: the body must be one JSON-RPC message object",
+        ),
+    }
+}
+
+/// A direct tool call ([`crate::direct`]): the same credential handling as rmcp's path.
+async fn direct(guard: &Guard, call: crate::direct::DirectCall, headers: &HeaderMap, path: McpPath) -> Response {
+    let credential = headers.get(header::AUTHORIZATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let token_sent = headers.get(header::AUTHORIZATION).is_some_and(|v| !v.as_bytes().trim_ascii().is_empty());
+    let id = call.id_value();
+    match crate::direct::answer(&guard.front, call, credential, path).await {
+        crate::direct::Outcome::Answer(response) => response,
+        crate::direct::Outcome::Unauthenticated(message) => match path {
+            McpPath::Keys => unauthorized(id, &message),
+            McpPath::Oauth => unauthorized_oauth(guard, id, &message, token_sent).await,
+        },
+    }
 }
 
 /// The longest refusal body of the MCP service that is read to rewrite it.

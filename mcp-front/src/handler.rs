@@ -19,6 +19,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::bridge::Bridge;
@@ -44,7 +45,7 @@ pub struct Front {
 }
 
 /// How a bridge call failed, as MCP needs to tell it.
-enum Failure {
+pub(crate) enum Failure {
     /// The credential was refused: HTTP 401.
     Unauthenticated(String),
     /// The tool does not exist for this caller: the JSON-RPC error of a nonexistent tool.
@@ -73,7 +74,8 @@ impl Front {
     /// Lists the caller's tools on the bridge.
     async fn list(&self, ctx: &RequestContext<RoleServer>, client: Option<ClientInfo>) -> Result<Value, Failure> {
         let params = ListParams { credential: credential(ctx), surface: Surface::Mcp, path: path(ctx), client };
-        Ok(self.bridge.call(methods::CAPABILITIES_LIST, object(params)).await?)
+        let listed = self.bridge.call_raw(methods::CAPABILITIES_LIST, &params).await?;
+        parse(&listed)
     }
 
     /// Calls one bridge tool for the caller.
@@ -91,7 +93,12 @@ impl Front {
             name: name.to_owned(),
             arguments,
         };
-        Ok(self.bridge.call(methods::CAPABILITIES_CALL, object(params)).await?)
+        parse(&self.call_raw(&params).await?)
+    }
+
+    /// One `capabilities.call` on the bridge; its result as the JSON text it came as.
+    pub(crate) async fn call_raw(&self, params: &CallParams) -> Result<Box<RawValue>, Failure> {
+        Ok(self.bridge.call_raw(methods::CAPABILITIES_CALL, params).await?)
     }
 
     /// A `tasks/*` call's bridge failure as the extension wants it: an unknown task, or one of
@@ -322,9 +329,8 @@ fn refuse(ctx: &RequestContext<RoleServer>, message: String) -> ErrorData {
     ErrorData::invalid_request(format!("{}: {message}", codes::UNAUTHENTICATED), None)
 }
 
-fn object(params: impl serde::Serialize) -> Map<String, Value> {
-    match serde_json::to_value(params) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
-    }
+/// A bridge result's JSON text as a value.
+fn parse(raw: &RawValue) -> Result<Value, Failure> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| Failure::from(CallError::Protocol(format!("the result is not JSON: {e}"))))
 }

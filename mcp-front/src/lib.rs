@@ -8,6 +8,7 @@
 
 pub mod bridge;
 pub mod config;
+pub mod direct;
 pub mod dotenv;
 pub mod guard;
 pub mod handler;

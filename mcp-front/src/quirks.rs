@@ -36,7 +36,7 @@ pub fn apply(headers: &mut HeaderMap, body: &Value) -> bool {
 }
 
 /// Completes an `Accept` that admits JSON (or is absent) so that it also lists SSE.
-fn complete_accept(headers: &mut HeaderMap) {
+pub fn complete_accept(headers: &mut HeaderMap) {
     let values: Vec<String> = headers
         .get_all(http::header::ACCEPT)
         .iter()

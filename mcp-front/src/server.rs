@@ -26,6 +26,12 @@ use crate::oauth;
 
 /// The whole application for `config`; `shutdown` ends in-flight MCP requests when cancelled.
 pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
+    router_with(config, shutdown, true)
+}
+
+/// [`router`], choosing whether eligible tool calls are answered directly
+/// ([`crate::direct`]; always in the binary, the tests compare both paths).
+pub fn router_with(config: &Config, shutdown: &CancellationToken, direct: bool) -> Router {
     let bridge = Arc::new(Bridge::new(&config.bridge_socket, config.bridge_timeout));
     // Host and Origin are checked by the guard before anything else; rmcp's own checks are
     // configured to the same lists so they can only agree with it.
@@ -47,7 +53,7 @@ pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
         Arc::new(NeverSessionManager::default()),
         mcp_config,
     );
-    let guard = Arc::new(Guard::new(config, service, Arc::clone(&bridge)));
+    let guard = Arc::new(Guard::new(config, service, Arc::clone(&bridge), direct));
     Router::new()
         .route("/mcp", any(guard::mcp).with_state(Arc::clone(&guard)))
         .route("/mcp-oauth", any(guard::mcp_oauth).with_state(Arc::clone(&guard)))

@@ -14,12 +14,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::envelope::{Request, Response};
+use crate::envelope::{RawResponse, Request, Response};
 use crate::framing::{Line, read_line};
 use crate::{MAX_LINE_BYTES, codes};
 
@@ -80,21 +82,33 @@ impl Connection {
 
     /// Sends one request and waits for its response.
     pub async fn call(&mut self, method: &str, params: Map<String, Value>) -> Result<Value, CallError> {
-        let request = Request { request_id: next_request_id(), method: method.to_owned(), params };
-        if let Err(e) = self.writer.write_all(&request.to_line()).await {
+        let raw = self.call_raw(method, &params).await?;
+        parse_result(&raw)
+    }
+
+    /// Sends one request of `method` with `params` (anything that serializes as an object)
+    /// and returns its result as JSON text, unparsed.
+    pub async fn call_raw(&mut self, method: &str, params: &impl Serialize) -> Result<Box<RawValue>, CallError> {
+        let request_id = next_request_id();
+        self.send(&request_id, &Request::line(&request_id, method, params)).await
+    }
+
+    /// Sends the request line `line` (whose id is `request_id`) and reads its response.
+    async fn send(&mut self, request_id: &str, line: &[u8]) -> Result<Box<RawValue>, CallError> {
+        if let Err(e) = self.writer.write_all(line).await {
             // The bridge may have refused this connection before reading anything (a peer it
             // does not allow) and closed it: its one refusal line is still there to read, and
             // it says more than the broken pipe does.
-            return match self.read_response(&request.request_id).await {
+            return match self.read_response(request_id).await {
                 Err(refusal @ CallError::Remote { .. }) => Err(refusal),
                 _ => Err(CallError::Unavailable(format!("cannot send to the bridge: {e}"))),
             };
         }
-        self.read_response(&request.request_id).await
+        self.read_response(request_id).await
     }
 
     /// Reads the response to the request `request_id`.
-    async fn read_response(&mut self, request_id: &str) -> Result<Value, CallError> {
+    async fn read_response(&mut self, request_id: &str) -> Result<Box<RawValue>, CallError> {
         let line = read_line(&mut self.reader, &mut self.buf, MAX_LINE_BYTES)
             .await
             .map_err(|e| CallError::Unavailable(format!("cannot read from the bridge: {e}")))?;
@@ -105,14 +119,19 @@ impl Connection {
             }
             Line::TooLong => return Err(CallError::Protocol("response line is too long".into())),
         }
-        match Response::parse(&self.buf).map_err(CallError::Protocol)? {
-            Response::Ok { request_id: id, result } if id == request_id => Ok(result),
-            Response::Err { request_id: id, error } if id.is_none() || id.as_deref() == Some(request_id) => {
+        match Response::parse_raw(&self.buf).map_err(CallError::Protocol)? {
+            RawResponse::Ok { request_id: id, result } if id == request_id => Ok(result),
+            RawResponse::Err { request_id: id, error } if id.is_none() || id.as_deref() == Some(request_id) => {
                 Err(CallError::Remote { code: error.code, message: error.message })
             }
             _ => Err(CallError::Protocol("response request_id does not match the request".into())),
         }
     }
+}
+
+/// A result's JSON text as a value.
+fn parse_result(raw: &RawValue) -> Result<Value, CallError> {
+    serde_json::from_str(raw.get()).map_err(|e| CallError::Protocol(format!("the result is not valid JSON: {e}")))
 }
 
 /// A client that opens one connection per call, each bounded by a timeout.
@@ -145,7 +164,7 @@ impl Client {
 }
 
 /// Runs one call, connecting included, within `timeout`; past it the bridge is unavailable.
-async fn within(timeout: Duration, work: impl Future<Output = Result<Value, CallError>>) -> Result<Value, CallError> {
+async fn within<T>(timeout: Duration, work: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
     match tokio::time::timeout(timeout, work).await {
         Ok(result) => result,
         Err(_) => Err(CallError::Unavailable(format!("no answer from the bridge within {} s", timeout.as_secs_f64()))),
@@ -181,9 +200,18 @@ impl Pool {
 
     /// Calls `method` with `params`.
     pub async fn call(&self, method: &str, params: Map<String, Value>) -> Result<Value, CallError> {
+        let raw = self.call_raw(method, &params).await?;
+        parse_result(&raw)
+    }
+
+    /// Calls `method` with `params` (anything that serializes as an object); the result is
+    /// returned as JSON text, unparsed. The request line is encoded once, also for a retry.
+    pub async fn call_raw(&self, method: &str, params: &impl Serialize) -> Result<Box<RawValue>, CallError> {
+        let request_id = next_request_id();
+        let line = Request::line(&request_id, method, params);
         within(self.timeout, async {
             if let Some(conn) = self.take_idle() {
-                match self.call_on(conn, method, params.clone()).await {
+                match self.send_on(conn, &request_id, &line).await {
                     // The bridge closed this idle connection (it restarted or stopped): the
                     // request was never read, so it goes once more on a fresh connection.
                     Err(CallError::Unavailable(_)) => {}
@@ -191,18 +219,13 @@ impl Pool {
                 }
             }
             let conn = Connection::connect(&self.socket).await?;
-            self.call_on(conn, method, params).await
+            self.send_on(conn, &request_id, &line).await
         })
         .await
     }
 
-    async fn call_on(
-        &self,
-        mut conn: Connection,
-        method: &str,
-        params: Map<String, Value>,
-    ) -> Result<Value, CallError> {
-        let result = conn.call(method, params).await;
+    async fn send_on(&self, mut conn: Connection, request_id: &str, line: &[u8]) -> Result<Box<RawValue>, CallError> {
+        let result = conn.send(request_id, line).await;
         // An answer (a result or the bridge's own refusal) leaves the connection in step.
         if matches!(result, Ok(_) | Err(CallError::Remote { .. })) {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());

@@ -7,6 +7,7 @@
 //! request id is echoed whenever it can be read.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::{PROTOCOL_VERSION, codes};
@@ -62,6 +63,37 @@ pub enum Response {
     },
 }
 
+/// A request as the bridge reads it: its parameters kept as their JSON text (an object), to
+/// be parsed once, by the method that takes them, into the type it takes.
+#[derive(Debug)]
+pub struct IncomingRequest {
+    /// The caller's id for this request, echoed in the response.
+    pub request_id: String,
+    /// The method name.
+    pub method: String,
+    /// The method's parameters: the text of a JSON object.
+    pub params: Box<RawValue>,
+}
+
+/// A parsed response whose result is still JSON text (the front passes it on unparsed).
+#[derive(Debug)]
+pub enum RawResponse {
+    /// `{request_id, ok: true, result}`.
+    Ok {
+        /// The echoed request id.
+        request_id: String,
+        /// The method's result, as JSON text.
+        result: Box<RawValue>,
+    },
+    /// `{request_id, ok: false, error}`.
+    Err {
+        /// The echoed request id, or `None` when the request could not be read.
+        request_id: Option<String>,
+        /// What went wrong.
+        error: ErrorBody,
+    },
+}
+
 /// A request that could not be accepted: the error to answer with, and the id to echo.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rejected {
@@ -72,11 +104,45 @@ pub struct Rejected {
 }
 
 #[derive(Serialize)]
-struct RequestWire<'a> {
+struct RequestWire<'a, P> {
     protocol_version: u64,
     request_id: &'a str,
     method: &'a str,
-    params: &'a Map<String, Value>,
+    params: &'a P,
+}
+
+/// The well-formed request, typed: what every accepted line is. Only a line that does not
+/// read as this goes through [`Request::refusal`], which says what is wrong with it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TypedRequest<'a> {
+    protocol_version: u64,
+    #[serde(borrow)]
+    request_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    method: std::borrow::Cow<'a, str>,
+    params: Box<RawValue>,
+}
+
+impl IncomingRequest {
+    /// Parses one request line (without its newline) in one pass; a line that is not a valid
+    /// request is refused exactly as [`Request::parse`] refuses it.
+    pub fn parse(line: &[u8]) -> Result<IncomingRequest, Rejected> {
+        if let Ok(typed) = serde_json::from_slice::<TypedRequest<'_>>(line) {
+            let id_ok = !typed.request_id.is_empty()
+                && typed.request_id.len() <= MAX_REQUEST_ID_BYTES
+                && !typed.request_id.chars().any(char::is_control);
+            let object = typed.params.get().starts_with('{');
+            if typed.protocol_version == PROTOCOL_VERSION && id_ok && !typed.method.is_empty() && object {
+                return Ok(IncomingRequest {
+                    request_id: typed.request_id.into_owned(),
+                    method: typed.method.into_owned(),
+                    params: typed.params,
+                });
+            }
+        }
+        Err(Request::refusal(line))
+    }
 }
 
 #[derive(Deserialize)]
@@ -91,6 +157,30 @@ struct StrictRequest {
 impl Request {
     /// Parses one request line (without its newline).
     pub fn parse(line: &[u8]) -> Result<Request, Rejected> {
+        let incoming = IncomingRequest::parse(line)?;
+        let params = serde_json::from_str(incoming.params.get()).map_err(|e| Rejected {
+            request_id: Some(incoming.request_id.clone()),
+            error: ErrorBody::new(codes::INVALID_REQUEST, format!("params must be an object: {e}")),
+        })?;
+        Ok(Request { request_id: incoming.request_id, method: incoming.method, params })
+    }
+
+    /// Why `line` is not a valid request: the error to answer with, and the id to echo when
+    /// it can be read (the slow, thorough reading, for refusals only).
+    fn refusal(line: &[u8]) -> Rejected {
+        match Request::check(line) {
+            Err(rejected) => rejected,
+            // Valid by the thorough reading but not by the typed one: cannot happen (the
+            // fuzz target checks that the two agree); refused all the same.
+            Ok(request_id) => Rejected {
+                request_id: Some(request_id),
+                error: ErrorBody::new(codes::INVALID_REQUEST, "the request could not be read"),
+            },
+        }
+    }
+
+    /// The thorough reading of a request line: the id of a valid one, or why it is refused.
+    pub(crate) fn check(line: &[u8]) -> Result<String, Rejected> {
         let invalid = |request_id: Option<String>, message: String| Rejected {
             request_id,
             error: ErrorBody::new(codes::INVALID_REQUEST, message),
@@ -140,37 +230,36 @@ impl Request {
                 return Err(invalid(Some(request_id), "protocol_version must be an integer".into()));
             }
         }
-        let method = match strict.method {
-            Value::String(s) if !s.is_empty() => s,
-            _ => {
-                return Err(invalid(Some(request_id), "method must be a non-empty string".into()));
-            }
-        };
-        let Value::Object(params) = strict.params else {
+        if !matches!(&strict.method, Value::String(s) if !s.is_empty()) {
+            return Err(invalid(Some(request_id), "method must be a non-empty string".into()));
+        }
+        if !strict.params.is_object() {
             return Err(invalid(Some(request_id), "params must be an object".into()));
-        };
-        Ok(Request { request_id, method, params })
+        }
+        Ok(request_id)
     }
 
     /// Encodes the request as one line, newline included.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = serde_json::to_vec(&RequestWire {
-            protocol_version: PROTOCOL_VERSION,
-            request_id: &self.request_id,
-            method: &self.method,
-            params: &self.params,
-        })
-        .expect("a request of JSON values always serializes");
+        Request::line(&self.request_id, &self.method, &self.params)
+    }
+
+    /// Encodes a request of `method` with `params` (which must serialize as an object) as one
+    /// line, newline included, without building it first.
+    pub fn line(request_id: &str, method: &str, params: &impl Serialize) -> Vec<u8> {
+        let mut line =
+            serde_json::to_vec(&RequestWire { protocol_version: PROTOCOL_VERSION, request_id, method, params })
+                .expect("request parameters always serialize");
         line.push(b'\n');
         line
     }
 }
 
 #[derive(Serialize)]
-struct OkWire<'a> {
+struct OkWire<'a, R: ?Sized> {
     request_id: &'a str,
     ok: bool,
-    result: &'a Value,
+    result: &'a R,
 }
 
 #[derive(Serialize)]
@@ -186,7 +275,7 @@ struct StrictResponse {
     request_id: Option<String>,
     ok: bool,
     #[serde(default)]
-    result: Option<Value>,
+    result: Option<Box<RawValue>>,
     #[serde(default)]
     error: Option<ErrorBody>,
 }
@@ -195,26 +284,34 @@ impl Response {
     /// Encodes the response as one line, newline included. A success larger than
     /// [`crate::MAX_LINE_BYTES`] is replaced by a [`codes::RESPONSE_TOO_LARGE`] error.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = match self {
-            Response::Ok { request_id, result } => serde_json::to_vec(&OkWire { request_id, ok: true, result }),
+        match self {
+            Response::Ok { request_id, result } => Response::ok_line(request_id, result),
             Response::Err { request_id, error } => {
-                serde_json::to_vec(&ErrWire { request_id: request_id.as_deref(), ok: false, error })
+                let mut line = serde_json::to_vec(&ErrWire { request_id: request_id.as_deref(), ok: false, error })
+                    .expect("an error body always serializes");
+                line.push(b'\n');
+                line
             }
         }
-        .expect("a response of JSON values always serializes");
-        if line.len() > crate::MAX_LINE_BYTES {
-            let request_id = match self {
-                Response::Ok { request_id, .. } => Some(request_id.clone()),
-                Response::Err { request_id, .. } => request_id.clone(),
-            };
-            return Response::Err {
-                request_id,
-                error: ErrorBody::new(
-                    codes::RESPONSE_TOO_LARGE,
-                    format!("the response is larger than {} bytes", crate::MAX_LINE_BYTES),
-                ),
+    }
+
+    /// Encodes a success with `result` (a `Value`, or JSON text as a `RawValue`) as one line,
+    /// newline included, without building a [`Response`]. A line larger than
+    /// [`crate::MAX_LINE_BYTES`] is replaced by a [`codes::RESPONSE_TOO_LARGE`] error.
+    pub fn ok_line<R: Serialize + ?Sized>(request_id: &str, result: &R) -> Vec<u8> {
+        let mut line = match serde_json::to_vec(&OkWire { request_id, ok: true, result }) {
+            Ok(line) => line,
+            Err(e) => {
+                let error = ErrorBody::new(codes::BRIDGE_PROTOCOL_ERROR, format!("cannot encode the result: {e}"));
+                return Response::Err { request_id: Some(request_id.to_owned()), error }.to_line();
             }
-            .to_line();
+        };
+        if line.len() > crate::MAX_LINE_BYTES {
+            let error = ErrorBody::new(
+                codes::RESPONSE_TOO_LARGE,
+                format!("the response is larger than {} bytes", crate::MAX_LINE_BYTES),
+            );
+            return Response::Err { request_id: Some(request_id.to_owned()), error }.to_line();
         }
         line.push(b'\n');
         line
@@ -222,11 +319,23 @@ impl Response {
 
     /// Parses a response line, checking the exact key set of each variant.
     pub fn parse(line: &[u8]) -> Result<Response, String> {
+        match Response::parse_raw(line)? {
+            RawResponse::Ok { request_id, result } => {
+                let result =
+                    serde_json::from_str(result.get()).map_err(|e| format!("response is not a valid envelope: {e}"))?;
+                Ok(Response::Ok { request_id, result })
+            }
+            RawResponse::Err { request_id, error } => Ok(Response::Err { request_id, error }),
+        }
+    }
+
+    /// [`Response::parse`], the result left as JSON text.
+    pub fn parse_raw(line: &[u8]) -> Result<RawResponse, String> {
         let strict: StrictResponse =
             serde_json::from_slice(line).map_err(|e| format!("response is not a valid envelope: {e}"))?;
         match (strict.ok, strict.result, strict.error, strict.request_id) {
-            (true, Some(result), None, Some(request_id)) => Ok(Response::Ok { request_id, result }),
-            (false, None, Some(error), request_id) => Ok(Response::Err { request_id, error }),
+            (true, Some(result), None, Some(request_id)) => Ok(RawResponse::Ok { request_id, result }),
+            (false, None, Some(error), request_id) => Ok(RawResponse::Err { request_id, error }),
             _ => {
                 Err("response must be exactly {request_id, ok: true, result} or {request_id, ok: false, error}".into())
             }

@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde_json::{Map, Value, json};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +21,7 @@ use super::{PeerPolicy, SocketLimits};
 use crate::error::ToolError;
 use crate::registry::Registry;
 use crate::registry::auth::Peer;
-use bridge_proto::envelope::{ErrorBody, Request, Response};
+use bridge_proto::envelope::{ErrorBody, IncomingRequest, Response};
 use bridge_proto::framing::{Line, LineBounds, Timed, read_line_timed};
 use bridge_proto::methods::{self, CallParams, HealthParams, ListParams};
 use bridge_proto::{MAX_LINE_BYTES, codes};
@@ -118,9 +119,10 @@ async fn serve(
         };
         let (response, close) = match line {
             Ok(Timed::Line(Line::Complete)) if slot.set(State::Busy) => (answer(registry, &buf, &peer).await, false),
-            Ok(Timed::Line(Line::Complete)) => (displaced(), true),
+            Ok(Timed::Line(Line::Complete)) => (displaced().to_line(), true),
             Ok(Timed::Line(Line::TooLong)) => (
-                refusal(codes::REQUEST_TOO_LARGE, format!("request lines are limited to {MAX_LINE_BYTES} bytes")),
+                refusal(codes::REQUEST_TOO_LARGE, format!("request lines are limited to {MAX_LINE_BYTES} bytes"))
+                    .to_line(),
                 true,
             ),
             Ok(Timed::Slow) => (
@@ -130,7 +132,8 @@ async fn serve(
                         "a request line must arrive whole within {} s of its first byte",
                         limits.line.as_secs_f64()
                     ),
-                ),
+                )
+                .to_line(),
                 true,
             ),
             Ok(Timed::Idle) => {
@@ -140,7 +143,7 @@ async fn serve(
             Ok(Timed::Line(Line::Eof | Line::Truncated)) | Err(_) => return,
         };
         // A client that leaves its answer unread holds the connection no longer than the bound.
-        let sent = tokio::time::timeout(limits.write, write.write_all(&response.to_line())).await;
+        let sent = tokio::time::timeout(limits.write, write.write_all(&response)).await;
         if !matches!(sent, Ok(Ok(()))) || close {
             return;
         }
@@ -157,20 +160,21 @@ fn refusal(code: &str, message: impl Into<String>) -> Response {
     Response::Err { request_id: None, error: ErrorBody::new(code, message) }
 }
 
-async fn answer(registry: &Registry, line: &[u8], peer: &Peer) -> Response {
-    let request = match Request::parse(line) {
+/// The answer line to one request line.
+async fn answer(registry: &Registry, line: &[u8], peer: &Peer) -> Vec<u8> {
+    let request = match IncomingRequest::parse(line) {
         Ok(r) => r,
-        Err(rejected) => return Response::Err { request_id: rejected.request_id, error: rejected.error },
+        Err(rejected) => return Response::Err { request_id: rejected.request_id, error: rejected.error }.to_line(),
     };
     let id = request.request_id.clone();
     match dispatch(registry, request, peer).await {
-        Ok(result) => Response::Ok { request_id: id, result },
-        Err(error) => Response::Err { request_id: Some(id), error },
+        Ok(result) => Response::ok_line(&id, &result),
+        Err(error) => Response::Err { request_id: Some(id), error }.to_line(),
     }
 }
 
-fn params<T: serde::de::DeserializeOwned>(method: &str, params: Map<String, Value>) -> Result<T, ErrorBody> {
-    serde_json::from_value(Value::Object(params)).map_err(|e| {
+fn params<T: serde::de::DeserializeOwned>(method: &str, params: &RawValue) -> Result<T, ErrorBody> {
+    serde_json::from_str(params.get()).map_err(|e| {
         ErrorBody::new(codes::INVALID_REQUEST, format!("{method} parameters do not match the protocol: {e}"))
     })
 }
@@ -179,10 +183,10 @@ fn tool_error(e: ToolError) -> ErrorBody {
     ErrorBody::new(e.code, e.message)
 }
 
-async fn dispatch(registry: &Registry, request: Request, peer: &Peer) -> Result<Value, ErrorBody> {
+async fn dispatch(registry: &Registry, request: IncomingRequest, peer: &Peer) -> Result<Value, ErrorBody> {
     match request.method.as_str() {
         methods::BRIDGE_HEALTH => {
-            let _: HealthParams = params(methods::BRIDGE_HEALTH, request.params)?;
+            let _: HealthParams = params(methods::BRIDGE_HEALTH, &request.params)?;
             let tasks = &registry.services().tasks;
             Ok(json!({
                 "status": "ok",
@@ -194,7 +198,7 @@ async fn dispatch(registry: &Registry, request: Request, peer: &Peer) -> Result<
             }))
         }
         methods::OAUTH_METADATA => {
-            let _: methods::OauthMetadataParams = params(methods::OAUTH_METADATA, request.params)?;
+            let _: methods::OauthMetadataParams = params(methods::OAUTH_METADATA, &request.params)?;
             let Some(verifier) = registry.services().auth.oauth() else {
                 return Err(ErrorBody::new(
                     codes::OAUTH_NOT_CONFIGURED,
@@ -212,11 +216,11 @@ async fn dispatch(registry: &Registry, request: Request, peer: &Peer) -> Result<
                 .map_err(|e| ErrorBody::new(codes::BRIDGE_PROTOCOL_ERROR, format!("cannot encode the metadata: {e}")))
         }
         methods::CAPABILITIES_LIST => {
-            let p: ListParams = params(methods::CAPABILITIES_LIST, request.params)?;
+            let p: ListParams = params(methods::CAPABILITIES_LIST, &request.params)?;
             registry.list(&p, peer).await.map_err(tool_error)
         }
         methods::CAPABILITIES_CALL => {
-            let p: CallParams = params(methods::CAPABILITIES_CALL, request.params)?;
+            let p: CallParams = params(methods::CAPABILITIES_CALL, &request.params)?;
             registry.call(p, peer).await.map_err(tool_error)
         }
         other => Err(ErrorBody::new(
