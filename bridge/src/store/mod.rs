@@ -3,14 +3,15 @@
 //! One writer connection (every write is one `BEGIN IMMEDIATE` transaction, so checks and
 //! updates are atomic) and a small pool of reader connections; WAL mode lets readers run
 //! beside the writer. rusqlite blocks, so async callers go through [`Store::call`], which runs
-//! the work on tokio's blocking pool and never on the reactor (DESIGN §2 invariant 6).
+//! the work on the store's own threads ([`workers`]) and never on the reactor (DESIGN §2
+//! invariant 6).
 //!
 //! Files: the state directory must be a private (0700) directory owned by the bridge user;
 //! a directory with broader permissions is refused, never chmod-ed. The database is created
 //! 0600 and SQLite gives its WAL and SHM files the same mode.
 #![allow(
     clippy::disallowed_methods,
-    reason = "the store opens SQLite and its files, always on a blocking thread (Store::call is spawn_blocking)"
+    reason = "the store opens SQLite and its files, always on a blocking thread (Store::call runs on the store's threads)"
 )]
 
 use std::fs::OpenOptions;
@@ -34,6 +35,7 @@ pub mod outbox;
 pub mod plans;
 mod schema;
 pub mod tasks;
+mod workers;
 
 /// What can go wrong in the store; callers branch on the variants.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +139,14 @@ pub struct Store {
     /// Set by a write that added outbox rows; the delivery worker is woken after its commit.
     outbox_dirty: std::sync::atomic::AtomicBool,
     outbox_wake: tokio::sync::Notify,
+    /// The threads async calls run on.
+    workers: Arc<workers::Workers>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.workers.close();
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -168,6 +178,7 @@ impl Store {
             routes: Default::default(),
             outbox_dirty: Default::default(),
             outbox_wake: tokio::sync::Notify::new(),
+            workers: Default::default(),
         }
     }
 
@@ -246,14 +257,19 @@ impl Store {
         result
     }
 
-    /// Runs blocking store work off the async reactor.
+    /// Runs blocking store work off the async reactor, on the store's threads. The work runs
+    /// to its end even if the caller stops waiting (a write is never cut in half).
     pub async fn call<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     {
         let store = Arc::clone(self);
-        tokio::task::spawn_blocking(move || f(&store)).await.map_err(|e| StoreError::Worker(e.to_string()))?
+        let (done, result) = tokio::sync::oneshot::channel();
+        self.workers.submit(Box::new(move || {
+            let _ = done.send(f(&store));
+        }));
+        result.await.map_err(|_| StoreError::Worker("the store call ended without an answer (it panicked)".into()))?
     }
 }
 
