@@ -117,7 +117,11 @@ impl Board {
             arguments,
         };
         // The peer never matters on the board surface; this one matches no uid.
-        self.inner.registry.call(params, &Peer::outside(u32::MAX, u32::MAX)).await
+        self.inner
+            .registry
+            .call(params, &Peer::outside(u32::MAX, u32::MAX))
+            .await
+            .map(crate::registry::Reply::into_value)
     }
 
     fn now(&self) -> i64 {

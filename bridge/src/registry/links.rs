@@ -140,7 +140,7 @@ impl Registry {
         }
         let outcome = self.call_inner(params, resolved, &mut row).await;
         let answered = outcome.is_ok() && ALLOWED.iter().any(|(n, answers)| *n == name && *answers);
-        let value = self.finish(row, outcome, None, started)?;
+        let value = self.finish(row, outcome, None, started)?.into_value();
         let Some(link) = found else {
             return Err(ToolError::new(code::INTERNAL_ERROR, "an action link call succeeded without a link"));
         };

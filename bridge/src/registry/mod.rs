@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::clock::Clock;
@@ -77,7 +78,56 @@ pub struct CallCtx {
     pub visible_tools: usize,
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
+/// A capability's answer: a JSON tree, or JSON text written straight from its rows (the task
+/// view, the call callers poll). The socket sends either as it is; the board reads a tree.
+#[derive(Debug)]
+pub enum Reply {
+    /// A JSON tree.
+    Tree(Value),
+    /// JSON text.
+    Text(Box<RawValue>),
+}
+
+impl From<Value> for Reply {
+    fn from(value: Value) -> Reply {
+        Reply::Tree(value)
+    }
+}
+
+impl From<Box<RawValue>> for Reply {
+    fn from(text: Box<RawValue>) -> Reply {
+        Reply::Text(text)
+    }
+}
+
+impl Reply {
+    /// The answer as a JSON tree.
+    pub fn into_value(self) -> Value {
+        match self {
+            Reply::Tree(value) => value,
+            Reply::Text(text) => serde_json::from_str(text.get()).unwrap_or(Value::Null),
+        }
+    }
+
+    /// A top-level string of a tree answer (a text answer's ids are its call's arguments).
+    fn id(&self, key: &str) -> Option<&str> {
+        match self {
+            Reply::Tree(value) => value.get(key).and_then(Value::as_str),
+            Reply::Text(_) => None,
+        }
+    }
+}
+
+impl serde::Serialize for Reply {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Reply::Tree(value) => value.serialize(s),
+            Reply::Text(text) => text.serialize(s),
+        }
+    }
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Reply, ToolError>> + Send>>;
 type Handler = Box<dyn Fn(CallCtx, Value) -> BoxFuture + Send + Sync>;
 
 /// One capability: its static description and the handler that parses its arguments.
@@ -112,14 +162,18 @@ pub struct Meta {
 
 impl Capability {
     /// Builds an entry whose arguments parse as `T`; the schema comes from `T`.
-    pub fn new<T, F, Fut>(meta: Meta, handler: F) -> Capability
+    pub fn new<T, F, Fut, R>(meta: Meta, handler: F) -> Capability
     where
         T: DeserializeOwned + schemars::JsonSchema + Send + 'static,
         F: Fn(CallCtx, T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: Into<Reply> + 'static,
     {
         let handler: Handler = Box::new(move |ctx, value| match serde_json::from_value::<T>(value) {
-            Ok(args) => Box::pin(handler(ctx, args)),
+            Ok(args) => {
+                let answer = handler(ctx, args);
+                Box::pin(async move { answer.await.map(Into::into) })
+            }
             Err(e) => Box::pin(std::future::ready(Err(ToolError::new(
                 code::INVALID_ARGUMENT,
                 format!("invalid arguments: {e}"),
@@ -183,7 +237,7 @@ impl Registry {
     }
 
     /// `capabilities.call`: authenticate, authorize, validate, run, audit.
-    pub async fn call(&self, params: CallParams, peer: &Peer) -> Result<Value, ToolError> {
+    pub async fn call(&self, params: CallParams, peer: &Peer) -> Result<Reply, ToolError> {
         let started = Instant::now();
         let mut row = self.audit_row(&params);
         // A task process's attempt is audited under its task, whatever it claims.
@@ -241,10 +295,10 @@ impl Registry {
     fn finish(
         &self,
         mut row: AuditRow,
-        outcome: Result<(Value, Option<String>), (ToolError, Option<String>)>,
+        outcome: Result<(Reply, Option<String>), (ToolError, Option<String>)>,
         peer_task: Option<String>,
         started: Instant,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Reply, ToolError> {
         // A row of a call that failed authentication is coalesced by its source (see
         // `audit`): only what the bridge decided may name it, so a name no capability has
         // becomes `*`, and the task is the refused task process's own, never an argument.
@@ -259,10 +313,10 @@ impl Registry {
         let key_id = match &outcome {
             Ok((value, key_id)) => {
                 row.outcome = AuditOutcome::Ok;
-                if let Some(id) = value.get("task_id").and_then(Value::as_str) {
+                if let Some(id) = value.id("task_id") {
                     row.task_id = Some(id.to_owned());
                 }
-                if let Some(id) = value.get("plan_id").and_then(Value::as_str) {
+                if let Some(id) = value.id("plan_id") {
                     row.plan_id = Some(id.to_owned());
                 }
                 key_id.clone()
@@ -314,7 +368,7 @@ impl Registry {
         params: CallParams,
         resolved: Result<Principal, auth::AuthFailure>,
         row: &mut AuditRow,
-    ) -> Result<(Value, Option<String>), (ToolError, Option<String>)> {
+    ) -> Result<(Reply, Option<String>), (ToolError, Option<String>)> {
         let principal = resolved.map_err(|failure| {
             // The audit row keeps an OAuth refusal's reason and, for a valid token with no
             // role, whose it was.

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
@@ -19,8 +19,8 @@ use tracing::Instrument as _;
 use super::slots::{Slot, State};
 use super::{PeerPolicy, SocketLimits};
 use crate::error::ToolError;
-use crate::registry::Registry;
 use crate::registry::auth::Peer;
+use crate::registry::{Registry, Reply};
 use bridge_proto::envelope::{ErrorBody, IncomingRequest, Response};
 use bridge_proto::framing::{Line, LineBounds, Timed, read_line_timed};
 use bridge_proto::methods::{self, CallParams, HealthParams, ListParams};
@@ -183,19 +183,19 @@ fn tool_error(e: ToolError) -> ErrorBody {
     ErrorBody::new(e.code, e.message)
 }
 
-async fn dispatch(registry: &Registry, request: IncomingRequest, peer: &Peer) -> Result<Value, ErrorBody> {
+async fn dispatch(registry: &Registry, request: IncomingRequest, peer: &Peer) -> Result<Reply, ErrorBody> {
     match request.method.as_str() {
         methods::BRIDGE_HEALTH => {
             let _: HealthParams = params(methods::BRIDGE_HEALTH, &request.params)?;
             let tasks = &registry.services().tasks;
-            Ok(json!({
+            Ok(Reply::Tree(json!({
                 "status": "ok",
                 "version": env!("CARGO_PKG_VERSION"),
                 "protocol_version": bridge_proto::PROTOCOL_VERSION,
                 "active_tasks": tasks.active_count(),
                 "watched_tasks": tasks.watched(),
                 "containment": tasks.providers().containment().caller_json(),
-            }))
+            })))
         }
         methods::OAUTH_METADATA => {
             let _: methods::OauthMetadataParams = params(methods::OAUTH_METADATA, &request.params)?;
@@ -213,11 +213,12 @@ async fn dispatch(registry: &Registry, request: IncomingRequest, peer: &Peer) ->
                 document: verifier.metadata_document(),
             };
             serde_json::to_value(metadata)
+                .map(Reply::Tree)
                 .map_err(|e| ErrorBody::new(codes::BRIDGE_PROTOCOL_ERROR, format!("cannot encode the metadata: {e}")))
         }
         methods::CAPABILITIES_LIST => {
             let p: ListParams = params(methods::CAPABILITIES_LIST, &request.params)?;
-            registry.list(&p, peer).await.map_err(tool_error)
+            registry.list(&p, peer).await.map(Reply::Tree).map_err(tool_error)
         }
         methods::CAPABILITIES_CALL => {
             let p: CallParams = params(methods::CAPABILITIES_CALL, &request.params)?;

@@ -1,7 +1,7 @@
 //! Review and accounting rows: the usage a runtime reported for a task, the task's change set
 //! (its outline, file index and diff, or why there is none), and usage totals over a filter.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::tasks::{HUMAN_WAIT_SQL, TaskFilter, filter_sql};
 use super::{Store, StoreError};
@@ -59,6 +59,25 @@ pub struct ChangesRow {
     pub diff_sha256: Option<String>,
     /// The diff was cut at its bound.
     pub truncated: bool,
+}
+
+/// What a task view shows of a change set: its status, why it was not recorded, and its
+/// public summary (never the diff).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangesSummary {
+    /// `recorded` or `not_recorded`.
+    pub status: String,
+    /// Why it was not recorded.
+    pub reason: Option<String>,
+    /// The public summary (JSON).
+    pub summary_json: Option<String>,
+}
+
+/// A task's change-set summary, if it has a change set.
+pub(super) fn changes_summary_in(c: &Connection, task_id: &str) -> Result<Option<ChangesSummary>, StoreError> {
+    Ok(c.prepare_cached("SELECT status, reason, summary_json FROM task_changes WHERE task_id = ?1")?
+        .query_row([task_id], |r| Ok(ChangesSummary { status: r.get(0)?, reason: r.get(1)?, summary_json: r.get(2)? }))
+        .optional()?)
 }
 
 /// Usage summed over tasks.

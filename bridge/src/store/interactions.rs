@@ -47,7 +47,7 @@ fn interaction_from_row(r: &Row<'_>) -> rusqlite::Result<InteractionRow> {
 const COLUMNS: &str =
     "request_id, task_id, kind, status, payload_json, created_at, expires_at, resolved_at, resolution_json";
 
-fn get_in(conn: &Connection, request_id: &str) -> Result<Option<InteractionRow>, StoreError> {
+pub(super) fn get_in(conn: &Connection, request_id: &str) -> Result<Option<InteractionRow>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM interactions WHERE request_id = ?1");
     Ok(conn.prepare_cached(&sql)?.query_row([request_id], interaction_from_row).optional()?)
 }

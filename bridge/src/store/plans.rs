@@ -230,6 +230,13 @@ fn step_status_in(conn: &Connection, plan_id: &str, position: i64) -> Result<Ste
         .ok_or(StoreError::PlanNotFound)
 }
 
+/// The plan and step position a task belongs to, if any.
+pub(super) fn plan_of_task_in(c: &Connection, task_id: &str) -> Result<Option<(String, i64)>, StoreError> {
+    Ok(c.prepare_cached("SELECT plan_id, position FROM plan_steps WHERE task_id = ?1")?
+        .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
 impl Store {
     /// Creates a plan and every step in one transaction: all of it, or (on any failure,
     /// including a step the schema refuses) nothing. A retained idempotency key of the same
@@ -349,11 +356,7 @@ impl Store {
 
     /// The plan and step a task belongs to, if any.
     pub fn plan_of_task(&self, task_id: &str) -> Result<Option<(String, i64)>, StoreError> {
-        self.read(|c| {
-            Ok(c.prepare_cached("SELECT plan_id, position FROM plan_steps WHERE task_id = ?1")?
-                .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?)
-        })
+        self.read(|c| plan_of_task_in(c, task_id))
     }
 
     /// Moves a plan to `to` if the plan matrix allows it, in one transaction. `approved`

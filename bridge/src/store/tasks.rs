@@ -3,7 +3,9 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use super::accounting::ChangesSummary;
 use super::events::{NewEvent, insert_event};
+use super::interactions::InteractionRow;
 use super::{Store, StoreError, is_unique_violation};
 use crate::model::{ResultStorage, TaskStatus, Usage};
 
@@ -321,8 +323,12 @@ pub(super) fn filter_sql(filter: &TaskFilter, with_cursor: bool) -> (String, Vec
 }
 
 pub(super) fn get_task_in(conn: &Connection, task_id: &str) -> Result<Option<TaskRow>, StoreError> {
-    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1");
-    Ok(conn.prepare_cached(&sql)?.query_row([task_id], task_from_row).optional()?)
+    Ok(conn.prepare_cached(&get_task_sql())?.query_row([task_id], task_from_row).optional()?)
+}
+
+/// The statement of [`get_task_in`] (a test checks that SQLite never prepares it again).
+pub(super) fn get_task_sql() -> String {
+    format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1")
 }
 
 fn find_by_key_in(conn: &Connection, principal: &str, key: &str) -> Result<Option<TaskRow>, StoreError> {
@@ -332,10 +338,41 @@ fn find_by_key_in(conn: &Connection, principal: &str, key: &str) -> Result<Optio
 
 const ACTIVE_STATES: &str = "('queued','starting','running','waiting_for_approval','waiting_for_question')";
 
+/// What a task view is made of, read on one connection: the task, its pending request, the
+/// plan step it is, and its change set's summary.
+#[derive(Debug, Clone)]
+pub struct TaskParts {
+    /// The task.
+    pub task: TaskRow,
+    /// Its pending request.
+    pub pending: Option<InteractionRow>,
+    /// The plan and step position it belongs to.
+    pub plan: Option<(String, i64)>,
+    /// Its change set's summary.
+    pub changes: Option<ChangesSummary>,
+}
+
 impl Store {
     /// Reads one task.
     pub fn get_task(&self, task_id: &str) -> Result<Option<TaskRow>, StoreError> {
         self.read(|c| get_task_in(c, task_id))
+    }
+
+    /// Reads one task with what its view shows ([`TaskParts`]).
+    pub fn task_parts(&self, task_id: &str) -> Result<Option<TaskParts>, StoreError> {
+        self.read(|c| {
+            let Some(task) = get_task_in(c, task_id)? else { return Ok(None) };
+            let pending = match &task.pending_request_id {
+                Some(request) => super::interactions::get_in(c, request)?,
+                None => None,
+            };
+            let plan = super::plans::plan_of_task_in(c, task_id)?;
+            let changes = match task.changes {
+                Some(_) => super::accounting::changes_summary_in(c, task_id)?,
+                None => None,
+            };
+            Ok(Some(TaskParts { task, pending, plan, changes }))
+        })
     }
 
     /// Looks a principal's idempotency key up.

@@ -436,3 +436,21 @@ fn an_audit_batch_touches_each_key_once_and_leaves_later_writes_durable() {
     let synchronous: i64 = store.write(|tx| Ok(tx.query_row("PRAGMA synchronous", [], |r| r.get(0))?)).unwrap();
     assert_eq!(synchronous, 2);
 }
+
+/// The task view's statement runs as prepared, call after call: a statement whose plan
+/// depends on a bound value (as a LEFT JOIN on the bound key made it) is prepared again on
+/// every use, which tripled the cost of a view.
+#[test]
+fn the_task_views_statement_is_prepared_once() {
+    let (_dir, store) = open();
+    for id in ["agt_1", "agt_2"] {
+        store.insert_task(&new_task(id, None), 100, None, &submitted()).unwrap();
+    }
+    for id in ["agt_1", "agt_2", "agt_1", "agt_2", "agt_3"] {
+        store.task_parts(id).unwrap();
+    }
+    let reprepared = store
+        .read(|c| Ok(c.prepare_cached(&super::tasks::get_task_sql())?.get_status(rusqlite::StatementStatus::RePrepare)))
+        .unwrap();
+    assert_eq!(reprepared, 0);
+}

@@ -40,16 +40,7 @@ pub fn title_of(prompt: &str) -> Option<String> {
 
 /// The public shape of a usage report.
 pub fn usage_json(u: &Usage) -> Value {
-    json!({
-        "input_tokens": u.input_tokens,
-        "cached_input_tokens": u.cached_input_tokens,
-        "cache_write_input_tokens": u.cache_write_input_tokens,
-        "output_tokens": u.output_tokens,
-        "reasoning_tokens": u.reasoning_tokens,
-        "total_tokens": u.input_tokens.saturating_add(u.output_tokens),
-        "cost_usd": u.cost_usd,
-        "model": u.model,
-    })
+    serde_json::to_value(super::task_view::UsageView::of(u)).unwrap_or(Value::Null)
 }
 
 /// The public shape of summed usage.
@@ -77,9 +68,7 @@ fn round_cost(c: f64) -> f64 {
 /// A task's timing: wall time from its start to its end (or to `now` while it runs) and the
 /// time it waited for a human (the pending request counted up to `now`).
 pub fn timing_json(t: &TaskRow, pending_since: Option<i64>, now: i64) -> Value {
-    let wall = t.started_at.map(|s| (t.completed_at.unwrap_or(now) - s).max(0));
-    let waiting = pending_since.filter(|_| t.completed_at.is_none()).map_or(0, |since| (now - since).max(0));
-    json!({ "wall_ms": wall, "human_wait_ms": t.human_wait_ms + waiting })
+    serde_json::to_value(super::task_view::timing(t, pending_since, now)).unwrap_or(Value::Null)
 }
 
 /// Stores a runtime's usage report and records it as an event (under the per-task cap).

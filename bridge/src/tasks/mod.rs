@@ -36,6 +36,7 @@ pub mod results;
 mod runner;
 mod status;
 mod submit;
+pub mod task_view;
 #[cfg(test)]
 pub(crate) mod testing;
 #[cfg(test)]

@@ -3,15 +3,15 @@
 
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{TaskService, accounting, results};
+use super::{TaskService, accounting, results, task_view};
 use crate::clock::rfc3339;
 use crate::error::{ToolError, code};
 use crate::model::{Principal, ResultStorage};
-use crate::store::accounting::{ChangesRow, TotalsBy, UsageTotals};
+use crate::store::accounting::{TotalsBy, UsageTotals};
 use crate::store::events::EventRow;
-use crate::store::interactions::InteractionRow;
 use crate::store::tasks::{ChangesBrief, TaskFilter, TaskRow};
 
 /// The longest `get_agent_task` long-poll.
@@ -19,92 +19,6 @@ pub const MAX_WAIT_SECONDS: u64 = 25;
 
 fn parse_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
-}
-
-/// The public view of an interaction.
-pub fn interaction_view(r: &InteractionRow) -> Value {
-    json!({
-        "request_id": r.request_id,
-        "kind": r.kind.as_str(),
-        "status": r.status.as_str(),
-        "created_at": rfc3339(r.created_at),
-        "expires_at": rfc3339(r.expires_at),
-        "payload": parse_json(&r.payload_json),
-    })
-}
-
-/// The public view of a task at `now`; `changes` is its stored change set, when read.
-pub fn task_view(t: &TaskRow, pending: Option<&InteractionRow>, changes: Option<&ChangesRow>, now: i64) -> Value {
-    let result = t.result_storage.map(|storage| {
-        json!({
-            "storage": storage.as_str(),
-            "size_bytes": t.result_size_bytes,
-            "sha256": t.result_sha256,
-            "retrievable": storage == ResultStorage::Spool,
-        })
-    });
-    let error = t.error_code.as_ref().map(|c| json!({ "code": c, "message": t.error_message }));
-    json!({
-        "task_id": t.task_id,
-        "status": t.status.as_str(),
-        "terminal": t.status.is_terminal(),
-        "runtime": t.runtime,
-        "workdir": t.workdir_alias,
-        "path": t.relative_cwd,
-        "profile": t.profile,
-        "model": t.requested_model,
-        "owner": t.principal,
-        "created_at": rfc3339(t.created_at),
-        "started_at": t.started_at.map(rfc3339),
-        "updated_at": rfc3339(t.updated_at),
-        "completed_at": t.completed_at.map(rfc3339),
-        "deadline_at": rfc3339(t.deadline_at),
-        "correlation_id": t.correlation_id,
-        "idempotency_key": t.idempotency_key,
-        "continue_from_task_id": t.continue_from_task_id,
-        "error": error,
-        "pending_request": pending.map(interaction_view),
-        "final_response": t.final_response,
-        "final_response_truncated": t.result_storage == Some(ResultStorage::Spool),
-        "result": result,
-        "event_count": t.event_count,
-        "events_dropped": t.events_dropped,
-        "manifest": parse_json(&t.manifest_json),
-        "manifest_sha256": t.manifest_sha256,
-        "title": t.title,
-        "usage": t.usage.as_ref().map(accounting::usage_json),
-        "timing": accounting::timing_json(t, pending.map(|p| p.created_at), now),
-        "changes": match changes {
-            Some(c) => changes_view(c),
-            None if t.profile == "review" => read_only_changes(),
-            None => Value::Null,
-        },
-    })
-}
-
-/// The public view of a stored change set: its summary, or why there is none.
-pub fn changes_view(c: &ChangesRow) -> Value {
-    let mut view = c.summary_json.as_deref().map(parse_json).filter(Value::is_object).unwrap_or_else(|| json!({}));
-    view["status"] = json!(c.status);
-    if let Some(reason) = &c.reason {
-        view["reason"] = json!(reason);
-    }
-    view
-}
-
-/// What a review task changed: nothing it may — it runs with the runtime's read-only sandbox,
-/// and holds no writer lease, so no baseline is taken (another writer's changes would not be
-/// its own).
-fn read_only_changes() -> Value {
-    json!({
-        "status": "read_only",
-        "reason": "a review task runs read-only and takes no baseline",
-        "files": [],
-        "files_changed": 0,
-        "added": 0,
-        "removed": 0,
-        "truncated": false,
-    })
 }
 
 /// The outline of a change set in a list: counts only.
@@ -132,44 +46,25 @@ pub fn event_view(e: &EventRow, correlation_id: Option<&str>) -> Value {
 }
 
 impl TaskService {
-    /// The task view, read in one trip to the store: the row, its pending interaction and the
-    /// plan step it belongs to. Anything the principal may not see is `AGENT_TASK_NOT_FOUND`.
-    async fn view(&self, principal: &Principal, task_id: &str, full: bool) -> Result<(TaskRow, Value), ToolError> {
+    /// The task view, read in one trip to the store (the row, its pending interaction, the
+    /// plan step it belongs to and its change set's summary) and written straight to JSON
+    /// text. Anything the principal may not see is `AGENT_TASK_NOT_FOUND`.
+    async fn view(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        full: bool,
+    ) -> Result<(TaskRow, Box<RawValue>), ToolError> {
         if !crate::ids::looks_like(task_id, "agt_") {
             return Err(ToolError::task_not_found());
         }
         let id = task_id.to_owned();
-        let found = self
-            .inner
-            .store
-            .call(move |s| {
-                let Some(row) = s.get_task(&id)? else { return Ok(None) };
-                let pending = match &row.pending_request_id {
-                    Some(request) => s.get_interaction(request)?,
-                    None => None,
-                };
-                let plan = s.plan_of_task(&id)?;
-                let changes = match row.changes {
-                    Some(_) => s.get_changes(&id)?,
-                    None => None,
-                };
-                Ok(Some((row, pending, plan, changes)))
-            })
-            .await?;
-        let Some((row, pending, plan, changes)) =
-            found.filter(|(row, ..)| principal.sees_everything() || row.principal == principal.name)
-        else {
+        let parts = self.inner.store.call(move |s| s.task_parts(&id)).await?;
+        let Some(parts) = parts.filter(|p| principal.sees_everything() || p.task.principal == principal.name) else {
             return Err(ToolError::task_not_found());
         };
-        let mut view = task_view(&row, pending.as_ref(), changes.as_ref(), self.inner.clock.now_ms());
-        // A request clipped for display keeps its whole text; it is sent only when asked for.
-        // (`pointer_mut`, not indexing: indexing a null `pending_request` would create it.)
-        if !full && let Some(payload) = view.pointer_mut("/pending_request/payload").and_then(Value::as_object_mut) {
-            payload.remove("full_text");
-        }
-        // A plan's step says so: its owner finds the plan from any of its tasks.
-        view["plan"] = plan.map_or(Value::Null, |(plan_id, step)| json!({ "plan_id": plan_id, "step": step }));
-        Ok((row, view))
+        let view = task_view::render(&parts, full, self.inner.clock.now_ms());
+        Ok((parts.task, view))
     }
 
     /// `get_agent_task`; with `wait_seconds > 0` it returns as soon as the status or the
@@ -182,7 +77,7 @@ impl TaskService {
         task_id: &str,
         wait_seconds: u64,
         full: bool,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Box<RawValue>, ToolError> {
         let inner = &self.inner;
         if wait_seconds == 0 {
             return Ok(self.view(principal, task_id, full).await?.1);
@@ -364,7 +259,7 @@ impl TaskService {
                     "human_wait_ms": t.human_wait_ms,
                     "changes": match &t.changes {
                         Some(b) => changes_brief(b),
-                        None if t.profile == "review" => read_only_changes(),
+                        None if t.profile == "review" => task_view::read_only_changes(),
                         None => Value::Null,
                     },
                 })
