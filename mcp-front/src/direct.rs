@@ -14,11 +14,12 @@
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
+use std::borrow::Cow;
+
 use rmcp::model::{
-    CallToolResult, ClientJsonRpcMessage, ClientRequest, ErrorData, GetMeta, JsonRpcResponse, JsonRpcVersion2_0,
-    RequestId, ServerJsonRpcMessage, ServerResult,
+    CallToolResult, ErrorData, JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
@@ -46,23 +47,43 @@ pub enum Outcome {
     Unauthenticated(String),
 }
 
-/// The call in `message` when rmcp would take it as a plain legacy `tools/call` answered with
-/// one JSON message (otherwise rmcp reads the request itself).
-pub fn eligible(headers: &HeaderMap, message: ClientJsonRpcMessage) -> Option<DirectCall> {
+/// The call in `body` when it is a plain legacy `tools/call` that rmcp would answer with one
+/// JSON message: headers of a legacy revision (and nothing that makes rmcp look closer), and a
+/// body of exactly `{jsonrpc: "2.0", id, method: "tools/call", params: {name, arguments?}}` —
+/// read in one typed pass, which accepts nothing rmcp's reading would not take as that very
+/// call (the tests check it on generated bodies). Otherwise rmcp reads the request itself.
+pub fn plain(headers: &HeaderMap, body: &[u8]) -> Option<DirectCall> {
     if !legacy_version(headers) || headers.contains_key(header::ORIGIN) || !accepts_json_and_sse(headers) {
         return None;
     }
-    let ClientJsonRpcMessage::Request(request) = message else { return None };
-    // rmcp keeps a request's `_meta` with the request (it reads it there, not in the params).
-    if !request.request.get_meta().is_empty() {
-        return None;
-    }
-    let ClientRequest::CallToolRequest(call) = request.request else { return None };
-    let params = call.params;
-    if params.meta.is_some() || params.input_responses.is_some() || params.request_state.is_some() {
-        return None;
-    }
-    Some(DirectCall { id: request.id, name: params.name.into_owned(), arguments: params.arguments.unwrap_or_default() })
+    let call: PlainCall<'_> = serde_json::from_slice(body).ok()?;
+    (call.method == "tools/call").then(|| DirectCall {
+        id: call.id,
+        name: call.params.name.into_owned(),
+        arguments: call.params.arguments.unwrap_or_default(),
+    })
+}
+
+/// The one body shape answered directly.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainCall<'a> {
+    #[serde(rename = "jsonrpc")]
+    _version: JsonRpcVersion2_0,
+    id: RequestId,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow)]
+    params: PlainParams<'a>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    arguments: Option<Map<String, Value>>,
 }
 
 impl DirectCall {

@@ -10,6 +10,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use http::{HeaderMap, Request, header};
+use proptest::prelude::*;
+use rmcp::model::GetMeta;
 use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tower::ServiceExt;
@@ -17,7 +19,7 @@ use tower::ServiceExt;
 use bridge_proto::envelope::{ErrorBody, Request as BridgeRequest, Response as BridgeResponse};
 use bridge_proto::framing::{Line, read_line};
 
-use super::{accepts_json_and_sse, eligible};
+use super::{accepts_json_and_sse, plain};
 use crate::config::{Config, HttpLimits};
 
 /// A task view with what a real one holds: nesting, nulls, unicode, escapes, a float, big
@@ -184,15 +186,15 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     map
 }
 
-fn message(body: Value) -> rmcp::model::ClientJsonRpcMessage {
-    serde_json::from_value(body).expect("a message")
+fn eligible(headers: &HeaderMap, body: Value) -> bool {
+    plain(headers, body.to_string().as_bytes()).is_some()
 }
 
 #[test]
 fn only_plain_legacy_tool_calls_are_direct() {
-    let plain = || call(json!(1), "get_agent_task", json!({}));
-    assert!(eligible(&headers(&[JSON_AND_SSE]), message(plain())).is_some());
-    assert!(eligible(&headers(&[JSON_AND_SSE, ("mcp-protocol-version", "2025-06-18")]), message(plain())).is_some());
+    let plain_call = || call(json!(1), "get_agent_task", json!({}));
+    assert!(eligible(&headers(&[JSON_AND_SSE]), plain_call()));
+    assert!(eligible(&headers(&[JSON_AND_SSE, ("mcp-protocol-version", "2025-06-18")]), plain_call()));
     // rmcp decides: a modern revision, two versions, an Origin, a quality value, no SSE.
     for refused in [
         headers(&[JSON_AND_SSE, ("mcp-protocol-version", "2026-07-28")]),
@@ -203,16 +205,105 @@ fn only_plain_legacy_tool_calls_are_direct() {
         headers(&[("accept", "application/json")]),
         headers(&[("accept", "\"application/json\", text/event-stream")]),
     ] {
-        assert!(eligible(&refused, message(plain())).is_none(), "{refused:?}");
+        assert!(!eligible(&refused, plain_call()), "{refused:?}");
     }
-    // Per-request metadata, another method, a notification.
-    let with_meta = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "x",
-        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28" } } });
-    assert!(eligible(&headers(&[JSON_AND_SSE]), message(with_meta)).is_none());
-    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
-    assert!(eligible(&headers(&[JSON_AND_SSE]), message(list)).is_none());
-    let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-    assert!(eligible(&headers(&[JSON_AND_SSE]), message(note)).is_none());
+    // Per-request metadata (in the params, as rmcp reads it), another method, a notification,
+    // a field rmcp would read more into.
+    let ok = headers(&[JSON_AND_SSE]);
+    for body in [
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "x",
+            "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28" } } }),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "x", "inputResponses": {} } }),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "x", "requestState": "s" } }),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }),
+        json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+        json!({ "jsonrpc": "1.0", "id": 1, "method": "tools/call", "params": { "name": "x" } }),
+        json!({ "jsonrpc": "2.0", "id": null, "method": "tools/call", "params": { "name": "x" } }),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "x", "arguments": [] } }),
+    ] {
+        assert!(!eligible(&ok, body.clone()), "{body}");
+    }
+}
+
+/// A body of JSON-RPC-ish pieces: most are plain calls, many are near misses.
+fn near_calls() -> impl Strategy<Value = Vec<u8>> {
+    let id = prop_oneof![
+        Just(json!(1)),
+        Just(json!("a\"b")),
+        Just(json!(-7)),
+        Just(json!(1.5)),
+        Just(json!(18446744073709551615u64)),
+        Just(json!(null)),
+        Just(json!({})),
+    ];
+    let method = prop_oneof![Just("tools/call"), Just("tools/list"), Just("tools/cal"), Just("initialize")];
+    let name = prop_oneof![Just(json!("get_agent_task")), Just(json!("")), Just(json!("é\u{1}")), Just(json!(3))];
+    let arguments = prop_oneof![
+        Just(None),
+        Just(Some(json!(null))),
+        Just(Some(json!({ "task_id": "agt_1", "n": [1, { "x": null }] }))),
+        Just(Some(json!([1]))),
+        Just(Some(json!("x"))),
+    ];
+    let extra = prop_oneof![
+        Just(None),
+        Just(Some(("_meta", json!({})))),
+        Just(Some(("_meta", json!({ "progressToken": 1 })))),
+        Just(Some(("task", json!({ "ttl": 1 })))),
+        Just(Some(("inputResponses", json!({})))),
+        Just(Some(("requestState", json!("x")))),
+        Just(Some(("unknown", json!(1)))),
+    ];
+    let version = prop_oneof![Just(json!("2.0")), Just(json!("2.1")), Just(json!(2))];
+    let top_extra = prop_oneof![
+        Just(None),
+        Just(Some(("result", json!(1)))),
+        Just(Some(("error", json!({})))),
+        Just(Some(("x", json!(1))))
+    ];
+    (version, id, method, name, arguments, extra, top_extra).prop_map(
+        |(version, id, method, name, arguments, extra, top)| {
+            let mut params = serde_json::Map::new();
+            params.insert("name".into(), name);
+            if let Some(a) = arguments {
+                params.insert("arguments".into(), a);
+            }
+            if let Some((k, v)) = extra {
+                params.insert(k.into(), v);
+            }
+            let mut body = json!({ "jsonrpc": version, "id": id, "method": method, "params": params });
+            if let Some((k, v)) = top {
+                body[k] = v;
+            }
+            body.to_string().into_bytes()
+        },
+    )
+}
+
+proptest::proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+    /// What the direct path accepts, rmcp reads as that very call: a `tools/call` request with
+    /// the same id, name and arguments, and no metadata or retry state.
+    #[test]
+    fn a_body_taken_directly_is_the_call_rmcp_reads(body in near_calls()) {
+        let ok = headers(&[JSON_AND_SSE]);
+        if let Some(direct) = plain(&ok, &body) {
+            let message: rmcp::model::ClientJsonRpcMessage =
+                serde_json::from_slice(&body).map_err(|e| TestCaseError::fail(format!("rmcp refuses it: {e}")))?;
+            let rmcp::model::ClientJsonRpcMessage::Request(request) = message else {
+                return Err(TestCaseError::fail("not a request for rmcp"));
+            };
+            prop_assert!(request.request.get_meta().is_empty());
+            let rmcp::model::ClientRequest::CallToolRequest(call) = request.request else {
+                return Err(TestCaseError::fail("not a tools/call for rmcp"));
+            };
+            prop_assert_eq!(&request.id, &direct.id);
+            prop_assert_eq!(call.params.name.as_ref(), direct.name.as_str());
+            prop_assert_eq!(call.params.arguments.unwrap_or_default(), direct.arguments);
+            prop_assert!(call.params.meta.is_none() && call.params.input_responses.is_none() && call.params.request_state.is_none());
+        }
+    }
 }
 
 #[test]

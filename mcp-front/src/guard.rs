@@ -168,16 +168,14 @@ async fn handle(guard: &Guard, request: Request, path: McpPath) -> Response {
             );
         }
     };
-    // One reading of the body in the common case; the refusals read it again to say why.
-    let message = match serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
-        Ok(message) => message,
-        Err(e) => return unreadable(&bytes, &e),
-    };
     crate::quirks::complete_accept(&mut parts.headers);
     if guard.direct
-        && let Some(call) = crate::direct::eligible(&parts.headers, message)
+        && let Some(call) = crate::direct::plain(&parts.headers, &bytes)
     {
         return direct(guard, call, &parts.headers, path).await;
+    }
+    if let Err(e) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+        return unreadable(&bytes, &e);
     }
     let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let id = value.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
