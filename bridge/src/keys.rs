@@ -3,6 +3,7 @@
 //! that authentication (`registry::auth`) reads, reloaded whenever a key is created or revoked.
 //! Only the SHA-256 of a secret is ever kept.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use serde_json::{Value, json};
@@ -35,40 +36,46 @@ pub struct ActiveKey {
     hash: [u8; 32],
 }
 
-/// The active API keys, kept in memory and reloaded whenever a key is created or revoked.
+/// The active API keys, kept in memory and reloaded whenever a key is created or revoked;
+/// indexed by the first 8 bytes of their SHA-256, so a call hashes its secret once, looks one
+/// candidate up and compares it in constant time, however many keys there are. (Whether some
+/// key's hash shares its first 8 bytes with the hash of a presented secret is all the lookup's
+/// timing could tell, and it says nothing about any secret.)
 #[derive(Debug, Clone, Default)]
 pub struct KeyCache {
-    keys: Arc<RwLock<Vec<ActiveKey>>>,
+    keys: Arc<RwLock<HashMap<u64, Vec<Arc<ActiveKey>>>>>,
+}
+
+/// The index of a key hash: its first 8 bytes.
+fn prefix(hash: &[u8; 32]) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    u64::from_le_bytes(first)
 }
 
 impl KeyCache {
     /// Reloads the active keys from the store (blocking).
     pub fn reload(&self, store: &Store) -> Result<(), StoreError> {
         let rows = store.list_keys()?;
-        let active = rows
-            .into_iter()
-            .filter(|k: &KeyRow| k.revoked_at.is_none())
-            .map(|k| ActiveKey {
-                role: k.role,
-                key_id: k.key_id,
-                name: k.name,
-                workdirs: k.workdirs,
-                hash: k.key_sha256,
-            })
-            .collect();
+        let mut active: HashMap<u64, Vec<Arc<ActiveKey>>> = HashMap::new();
+        for k in rows.into_iter().filter(|k: &KeyRow| k.revoked_at.is_none()) {
+            let key =
+                ActiveKey { role: k.role, key_id: k.key_id, name: k.name, workdirs: k.workdirs, hash: k.key_sha256 };
+            active.entry(prefix(&key.hash)).or_default().push(Arc::new(key));
+        }
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = active;
         Ok(())
     }
 
-    /// The active key whose secret this is. Every key is compared, in constant time and
-    /// without an early exit, so timing tells nothing about which key (if any) almost matched.
-    pub fn find(&self, secret: &str) -> Option<ActiveKey> {
+    /// The active key whose secret this is: the candidates of its hash's index (one, all but
+    /// always) are each compared in constant time, without an early exit.
+    pub fn find(&self, secret: &str) -> Option<Arc<ActiveKey>> {
         let presented = hash_secret(secret);
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
         let mut found = None;
-        for key in keys.iter() {
+        for key in keys.get(&prefix(&presented)).into_iter().flatten() {
             if bool::from(key.hash.ct_eq(&presented)) {
-                found = Some(key.clone());
+                found = Some(Arc::clone(key));
             }
         }
         found
@@ -262,5 +269,35 @@ mod tests {
         assert_eq!(first["revoked_at"], again["revoked_at"]);
         let (code, _) = refusal(keys.revoke("nobody").await);
         assert_eq!(code, code::KEY_NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn among_many_keys_each_secret_finds_its_own_and_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = service(dir.path());
+        let mut secrets = Vec::new();
+        for i in 0..300 {
+            let made = keys.create(key(&format!("k{i}"))).await.unwrap();
+            secrets.push((format!("k{i}"), made["secret"].as_str().unwrap().to_owned()));
+        }
+        for (name, secret) in &secrets {
+            assert_eq!(keys.cache.find(secret).map(|k| k.name.clone()).as_deref(), Some(name.as_str()));
+        }
+        assert!(keys.cache.find("not-a-key").is_none());
+        // A secret one character off is another hash: no candidate.
+        let (_, first) = &secrets[0];
+        let mut off = first.clone();
+        off.push('x');
+        assert!(keys.cache.find(&off).is_none());
+        // Two keys whose hashes share an index are both found, each by its own secret.
+        let (a, b) = (hash_secret("alpha"), hash_secret("beta"));
+        let key = |name: &str, hash| {
+            Arc::new(ActiveKey { key_id: name.into(), name: name.into(), role: Role::Viewer, workdirs: None, hash })
+        };
+        let shared = KeyCache::default();
+        shared.keys.write().unwrap().insert(prefix(&a), vec![key("alpha", a), key("beta", b)]);
+        assert_eq!(shared.find("alpha").map(|k| k.name.clone()).as_deref(), Some("alpha"));
+        // "beta" hashes to another index: not found through alpha's bucket, as it must not be.
+        assert!(shared.find("beta").is_none());
     }
 }

@@ -266,10 +266,10 @@ impl Auth {
         };
         let key = self.keys.find(secret).ok_or_else(|| unauthenticated("the key is unknown or revoked"))?;
         Ok(Principal {
-            name: key.name,
+            name: key.name.clone(),
             role: key.role,
-            workdirs: key.workdirs,
-            key_id: Some(key.key_id),
+            workdirs: key.workdirs.clone(),
+            key_id: Some(key.key_id.clone()),
             display: None,
         })
     }
