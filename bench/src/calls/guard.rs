@@ -27,9 +27,14 @@ pub struct GuardArgs {
     /// The committed baselines (one per build profile).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/calls-baseline.json"))]
     baseline: PathBuf,
-    /// Record this run's ratio as the baseline of this build profile, instead of judging it.
+    /// Record this run's ratio as the baseline of this build profile, instead of judging it
+    /// (refused when other processes used over 5 % of a measured CPU: a baseline comes from a
+    /// quiet machine).
     #[arg(long)]
     write: bool,
+    /// With `--write`: record the ratio even from a noisy run.
+    #[arg(long, requires = "write")]
+    allow_noise: bool,
     /// The build profile of the binaries under test (`debug` or `release`) [default: from their
     /// path, `target/debug/…` or `target/release/…`].
     #[arg(long)]
@@ -108,9 +113,19 @@ pub async fn main(args: &GuardArgs) -> anyhow::Result<bool> {
         "ours {:.1} µs ÷ uds-floor {:.2} µs CPU per call = {ratio:.1} ({mine} build, median of {})",
         ours.cpu_us, floor.cpu_us, args.repeat
     );
+    let noise = ours.others.max(floor.others);
     let mut doc = read_baselines(&args.baseline)?;
+    if args.write && noise > 0.05 && !args.allow_noise {
+        say(&format!(
+            "calls guard: {measured}; NOT written: other processes used up to {:.0} % of a measured CPU, so this is \
+             no baseline; rerun on a quiet machine (or pass --allow-noise)",
+            noise * 100.0
+        ));
+        return Ok(false);
+    }
     if args.write {
         doc[mine] = entry(ratio, &ours, &floor, plan, args);
+        doc[mine]["others_on_a_measured_cpu"] = json!((noise * 1000.0).round() / 1000.0);
         let text = serde_json::to_string_pretty(&doc)? + "\n";
         std::fs::write(&args.baseline, text).with_context(|| format!("write {}", args.baseline.display()))?;
         say(&format!("calls guard: {measured}; written as the {mine} baseline to {}", args.baseline.display()));
