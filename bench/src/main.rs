@@ -3,7 +3,7 @@
 //! samples both processes' RSS and descriptors, and exits non-zero when an answer was
 //! malformed, the CLI failed, or memory or descriptors grew past their level after the warm-up.
 //!
-//! Run: `cargo build --release -p agent-bridge -p mcp-front && cargo run --release -p soak --
+//! Run: `cargo build --release -p agent-bridge -p mcp-front && cargo run --release -p bench --bin soak --
 //! --duration 30m` (CI: the debug build, `--duration 2m`). See `bench/README.md`.
 #![allow(
     clippy::disallowed_methods,

@@ -38,6 +38,13 @@ impl TestFront {
     /// [`TestFront::start`] with an explicit executable (benchmarks pass cargo's own path).
     /// `--listen` among `args` replaces the default `127.0.0.1:0`.
     pub async fn start_bin(bin: &Path, socket: &Path, args: &[&str]) -> TestFront {
+        TestFront::start_bin_with_env(bin, socket, args, &[]).await
+    }
+
+    /// [`TestFront::start_bin`] with extra process environment, set after the harness's own
+    /// (`MCP_FRONT_LOG=debug`), so it may override it: a benchmark runs the front at the
+    /// production level with `("MCP_FRONT_LOG", "info")`.
+    pub async fn start_bin_with_env(bin: &Path, socket: &Path, args: &[&str], env: &[(&str, &str)]) -> TestFront {
         let dir = tempfile::Builder::new().prefix("ab-front-").tempdir().expect("temp dir");
         let log = std::fs::File::create(dir.path().join("front.log")).expect("log file");
         let listen: &[&str] = if args.contains(&"--listen") { &[] } else { &["--listen", "127.0.0.1:0"] };
@@ -48,6 +55,7 @@ impl TestFront {
             .args(args)
             .env("MCP_FRONT_LOG", "debug")
             .env_remove("SERVERFS_MCP_LISTEN")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -1,0 +1,239 @@
+//! The `calls` benchmark (issue 17): what one `tools/call get_agent_task` costs through the real
+//! `mcp-front` and `agent-bridge` — calls/s, p50, p99 and the servers' CPU per call read from
+//! `/proc` — with front and bridge pinned together to one CPU and the load generator on another,
+//! beside the Python reference stack and the floors (a fixed-reply HTTP server, a Unix-socket
+//! echo, a SQLite read). `calls guard` is CI's regression guard, `calls retained` compares 10
+//! retained tasks with 100,000.
+//!
+//! Run: `cargo build --release -p agent-bridge -p mcp-front -p bench && ./target/release/calls`.
+//! See `bench/README.md`.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the calls benchmark is a load generator, not a daemon: it starts the binaries, reads /proc and opens SQLite files"
+)]
+
+mod answers;
+mod compare;
+mod cpu;
+mod floors;
+mod guard;
+mod load;
+mod report;
+mod retained;
+mod seed;
+mod servers;
+mod stack;
+mod wire;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use load::Plan;
+use servers::Bins;
+use stack::Target;
+
+/// The cost of one tool call through the real mcp-front and agent-bridge, beside the Python
+/// reference and the floors. Without a subcommand: the full comparison.
+#[derive(Parser, Debug)]
+#[command(name = "calls", args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// CI's regression guard: ours' CPU per call over the UDS floor's, against the committed
+    /// baseline of this build profile.
+    Guard(guard::GuardArgs),
+    /// `get_agent_task` with 10 retained tasks and with many (100,000).
+    Retained(retained::RetainedArgs),
+    /// The HTTP floor's server (started by `calls` itself).
+    #[command(hide = true)]
+    ServeHttpFloor {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+    /// The UDS floor's server (started by `calls` itself).
+    #[command(hide = true)]
+    ServeUdsFloor {
+        #[arg(long)]
+        socket: PathBuf,
+    },
+}
+
+/// Where things run and which binaries.
+#[derive(Args, Debug, Clone)]
+pub struct SetupArgs {
+    /// The CPU the servers are pinned to.
+    #[arg(long, default_value_t = 0)]
+    server_cpu: usize,
+    /// The CPU the load generator (this process) is pinned to.
+    #[arg(long, default_value_t = 1)]
+    load_cpu: usize,
+    /// The `agent-bridge` binary [env: AGENT_BRIDGE_BIN; default: next to this one].
+    #[arg(long)]
+    bridge_bin: Option<PathBuf>,
+    /// The `mcp-front` binary [env: MCP_FRONT_BIN; default: next to this one].
+    #[arg(long)]
+    front_bin: Option<PathBuf>,
+    /// Run the binaries even when a source file is newer than they are.
+    #[arg(long)]
+    allow_stale: bool,
+}
+
+/// How much load (each mode has its own defaults).
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Concurrent kept-alive connections.
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    /// Load before each measured window.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    warmup: Duration,
+    /// The measured window.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    duration: Duration,
+    /// Runs per target; the figures are their medians.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+}
+
+impl LoadArgs {
+    fn plan(&self) -> Plan {
+        Plan { connections: self.connections, warmup: self.warmup, duration: self.duration }
+    }
+}
+
+/// The full comparison's flags.
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    setup: SetupArgs,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Distinct tasks (and request bodies, cycled).
+    #[arg(long, default_value_t = 10_000)]
+    tasks: usize,
+    /// The targets to measure.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ours,bridge,python,http-floor,uds-floor,sqlite-floor"
+    )]
+    targets: Vec<Target>,
+    /// Targets to leave out (e.g. `--skip python` on a machine without the reference's venv).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    skip: Vec<Target>,
+    /// The reference's interpreter [default: .tools/oauth-venv/bin/python].
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Also write the medians as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// What every mode needs: the CPUs, the clock tick, the binaries and the interpreter.
+pub struct Setup {
+    /// The servers' CPU.
+    pub server_cpu: usize,
+    /// The load generator's CPU.
+    pub load_cpu: usize,
+    /// Clock ticks per second.
+    pub tick: u64,
+    /// The reference's interpreter.
+    pub python: PathBuf,
+    args: SetupArgs,
+}
+
+impl Setup {
+    fn new(args: &SetupArgs, python: Option<PathBuf>) -> anyhow::Result<Setup> {
+        Ok(Setup {
+            server_cpu: args.server_cpu,
+            load_cpu: args.load_cpu,
+            tick: cpu::clock_tick()?,
+            python: python.unwrap_or_else(servers::default_python),
+            args: args.clone(),
+        })
+    }
+
+    /// What a window's CPU readings need.
+    pub fn meter(&self) -> cpu::Meter {
+        cpu::Meter { tick: self.tick, server_cpu: self.server_cpu, load_cpu: self.load_cpu }
+    }
+
+    /// The binaries under test, located and checked.
+    pub fn bins(&self) -> anyhow::Result<Bins> {
+        let fresh = !self.args.allow_stale;
+        let bridge = self.args.bridge_bin.clone();
+        let front = self.args.front_bin.clone();
+        Ok(Bins {
+            bridge: servers::locate(bridge, "AGENT_BRIDGE_BIN", "agent-bridge", e2e::BRIDGE_SOURCES, fresh)?,
+            front: servers::locate(front, "MCP_FRONT_BIN", "mcp-front", e2e::FRONT_SOURCES, fresh)?,
+        })
+    }
+}
+
+/// The build profile of this binary (and so the one whose baseline the guard reads).
+pub fn profile() -> &'static str {
+    if cfg!(debug_assertions) { "debug" } else { "release" }
+}
+
+/// A line on stdout (the report).
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+/// A line on stderr (progress).
+pub fn note(line: &str) {
+    let _ = writeln!(std::io::stderr(), "calls: {line}");
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.mode {
+        Some(Mode::ServeHttpFloor { listen }) => floors::serve_http_floor(listen).map(|()| true),
+        Some(Mode::ServeUdsFloor { socket }) => floors::serve_uds_floor(&socket).map(|()| true),
+        mode => {
+            // One thread: it spawns the servers while pinned to their CPU, then drives the load
+            // pinned to its own.
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(async move {
+                    match mode {
+                        Some(Mode::Guard(args)) => guard::main(&args).await,
+                        Some(Mode::Retained(args)) => retained::main(&args).await,
+                        _ => compare_main(cli.run).await,
+                    }
+                }),
+                Err(e) => Err(anyhow::Error::new(e).context("start the runtime")),
+            }
+        }
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            note(&format!("{e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn compare_main(args: RunArgs) -> anyhow::Result<bool> {
+    let setup = Setup::new(&args.setup, args.python.clone())?;
+    let mut targets: Vec<Target> = Target::ALL.into_iter().filter(|t| args.targets.contains(t)).collect();
+    targets.retain(|t| !args.skip.contains(t));
+    if args.skip.contains(&Target::Python) {
+        say("!!! the Python reference is SKIPPED (--skip python): no ratio against it in this run !!!");
+    }
+    compare::run(&setup, &targets, args.tasks, &args.load, args.json.as_deref()).await
+}
