@@ -43,7 +43,7 @@ impl TestFront {
 
     /// [`TestFront::start_bin`] with extra process environment, set after the harness's own
     /// (`MCP_FRONT_LOG=debug`), so it may override it: a benchmark runs the front at the
-    /// production level with `("MCP_FRONT_LOG", "info")`.
+    /// production level with `("MCP_FRONT_LOG", "info,rmcp=warn")`.
     pub async fn start_bin_with_env(bin: &Path, socket: &Path, args: &[&str], env: &[(&str, &str)]) -> TestFront {
         let dir = tempfile::Builder::new().prefix("ab-front-").tempdir().expect("temp dir");
         let log = std::fs::File::create(dir.path().join("front.log")).expect("log file");

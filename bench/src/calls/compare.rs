@@ -32,6 +32,10 @@ pub async fn run(
         rss.push(("bridge", cpu::rss_kib(ours.bridge_pid()?)?));
         rss.push(("front", cpu::rss_kib(ours.front_pid()?)?));
     }
+    if let Some(before) = &stack.before {
+        rss.push(("before's bridge", cpu::rss_kib(before.bridge_pid()?)?));
+        rss.push(("before's front", cpu::rss_kib(before.front_pid()?)?));
+    }
     let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); targets.len()];
     for round in 1..=load.repeat {
         for (i, &target) in targets.iter().enumerate() {
@@ -97,7 +101,7 @@ pub async fn run(
             },
             "targets": medians.iter().map(|f| (f.target.clone(), f.json())).collect::<serde_json::Map<_, _>>(),
             "ratios": ratios.1,
-            "idle_rss_kib": rss.iter().map(|(n, k)| ((*n).to_owned(), json!(k))).collect::<serde_json::Map<_, _>>(),
+            "idle_rss_kib": rss.iter().map(|(n, k)| (n.replace("'s ", "_"), json!(k))).collect::<serde_json::Map<_, _>>(),
         });
         let text = serde_json::to_string_pretty(&doc)? + "\n";
         std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;
@@ -112,6 +116,22 @@ fn ratios(medians: &[Figures]) -> (String, Value) {
     let mut text = String::from("Ratios in this run:\n");
     let mut doc = serde_json::Map::new();
     let Some(ours) = get("ours") else { return (text + "- (ours was not measured)\n", Value::Object(doc)) };
+    if let Some(before) = get("before") {
+        let _ = writeln!(
+            text,
+            "- ours vs before (the other build): {:.2}× the calls/s ({} vs {}); CPU per call {:.1} vs {:.1} µs ({:.2}× less); p99 {} vs {}",
+            ours.calls_per_s / before.calls_per_s,
+            grouped(ours.calls_per_s),
+            grouped(before.calls_per_s),
+            ours.cpu_us,
+            before.cpu_us,
+            before.cpu_us / ours.cpu_us,
+            latency(ours.p99_us),
+            latency(before.p99_us),
+        );
+        doc.insert("ours_over_before_calls_per_s".into(), json!(ours.calls_per_s / before.calls_per_s));
+        doc.insert("before_over_ours_cpu".into(), json!(before.cpu_us / ours.cpu_us));
+    }
     if let Some(python) = get("python") {
         let x = ours.calls_per_s / python.calls_per_s;
         let _ = writeln!(
@@ -160,7 +180,10 @@ fn legend(targets: &[Target]) -> String {
     for &t in targets {
         let what = match t {
             Target::Ours => {
-                "HTTP `tools/call get_agent_task` with a bearer key through mcp-front and agent-bridge (log level info); CPU is both processes'"
+                "HTTP `tools/call get_agent_task` with a bearer key through mcp-front and agent-bridge (their production log levels); CPU is both processes'"
+            }
+            Target::Before => {
+                "the same through the other build given by --before-bridge-bin and --before-front-bin (the same store seeding, settings and load)"
             }
             Target::Bridge => {
                 "the same calls as `capabilities.call` lines on the bridge's Unix socket, one connection per client; CPU is the bridge's"
@@ -168,7 +191,9 @@ fn legend(targets: &[Target]) -> String {
             Target::Python => {
                 "the Python reference: mcp 2.3.0 MCPServer, stateless JSON responses, uvicorn (one worker), one SQLite read per call. It takes NO key (the anchor has none): its figure includes no authentication"
             }
-            Target::HttpFloor => "a fixed-reply axum server answering POST /mcp (same requests, same connections)",
+            Target::HttpFloor => {
+                "a fixed-reply axum router answering POST /mcp on the front's own HTTP server, bridge-httpd (same requests, same connections)"
+            }
             Target::UdsFloor => {
                 "an NDJSON echo over a Unix socket: one round trip per call (the lines of target bridge)"
             }

@@ -1,5 +1,5 @@
 //! The floors `calls` sets ours beside: what an HTTP call costs with nothing in it (a fixed-reply
-//! axum server, the hidden `serve-http-floor`), what a socket round trip costs (an NDJSON echo,
+//! axum router on the front's HTTP server, the hidden `serve-http-floor`), what a socket round trip costs (an NDJSON echo,
 //! the hidden `serve-uds-floor`), and what reading one task costs (a SQLite primary-key read in
 //! this process, on the load CPU).
 
@@ -31,7 +31,9 @@ fn ready(what: &str) -> anyhow::Result<()> {
     writeln!(out, "{what}").and_then(|()| out.flush()).context("write to stdout")
 }
 
-/// `calls serve-http-floor`: `POST /mcp` answers [`FIXED_REPLY`] after reading the body.
+/// `calls serve-http-floor`: `POST /mcp` answers [`FIXED_REPLY`] after reading the body: an
+/// axum router on the HTTP server the front itself runs on (`bridge-httpd`, with the front's
+/// bounds), so the floor is the front's HTTP layer with nothing in it.
 pub fn serve_http_floor(listen: SocketAddr) -> anyhow::Result<()> {
     runtime()?.block_on(async move {
         let app = axum::Router::new().route(
@@ -42,7 +44,13 @@ pub fn serve_http_floor(listen: SocketAddr) -> anyhow::Result<()> {
         );
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("bind {listen}"))?;
         ready(&listener.local_addr()?.to_string())?;
-        axum::serve(listener, app).await.context("serve")
+        let server = bridge_httpd::Server {
+            name: "http-floor",
+            limits: bridge_httpd::Limits::FRONT,
+            style: bridge_httpd::Style::JsonRpc,
+        };
+        bridge_httpd::serve(listener, app, server, tokio_util::sync::CancellationToken::new()).await;
+        Ok(())
     })
 }
 

@@ -88,6 +88,12 @@ pub struct SetupArgs {
     /// Run the binaries even when a source file is newer than they are.
     #[arg(long)]
     allow_stale: bool,
+    /// Another build's `agent-bridge`, measured as the target `before` (with --before-front-bin).
+    #[arg(long, requires = "before_front_bin")]
+    before_bridge_bin: Option<PathBuf>,
+    /// Another build's `mcp-front`, measured as the target `before` (with --before-bridge-bin).
+    #[arg(long, requires = "before_bridge_bin")]
+    before_front_bin: Option<PathBuf>,
 }
 
 /// How much load (each mode has its own defaults).
@@ -183,6 +189,21 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// The other build's binaries (`before`), as given: never checked against today's sources.
+    pub fn before_bins(&self) -> anyhow::Result<Bins> {
+        match (&self.args.before_bridge_bin, &self.args.before_front_bin) {
+            (Some(bridge), Some(front)) => {
+                for bin in [bridge, front] {
+                    anyhow::ensure!(bin.is_file(), "{} is not a file", bin.display());
+                }
+                Ok(Bins { bridge: bridge.clone(), front: front.clone() })
+            }
+            _ => anyhow::bail!("the target before needs --before-bridge-bin and --before-front-bin"),
+        }
+    }
+}
+
 /// The build profile of this binary (and so the one whose baseline the guard reads).
 pub fn profile() -> &'static str {
     if cfg!(debug_assertions) { "debug" } else { "release" }
@@ -230,7 +251,9 @@ fn main() -> ExitCode {
 
 async fn compare_main(args: RunArgs) -> anyhow::Result<bool> {
     let setup = Setup::new(&args.setup, args.python.clone())?;
-    let mut targets: Vec<Target> = Target::ALL.into_iter().filter(|t| args.targets.contains(t)).collect();
+    let before = args.setup.before_bridge_bin.is_some();
+    let mut targets: Vec<Target> =
+        Target::ALL.into_iter().filter(|t| args.targets.contains(t) || (before && *t == Target::Before)).collect();
     targets.retain(|t| !args.skip.contains(t));
     if args.skip.contains(&Target::Python) {
         say("!!! the Python reference is SKIPPED (--skip python): no ratio against it in this run !!!");

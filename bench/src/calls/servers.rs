@@ -16,6 +16,10 @@ use e2e::front::TestFront;
 use e2e::{Options, TestBridge};
 
 use crate::seed;
+
+/// The front's log filter in production (`SERVERFS_LOG_LEVEL=info`: rmcp's own lines at `warn`
+/// at most; the harness's `debug`, or a bare `info`, would log rmcp's lines of every request).
+const FRONT_LOG: &str = "info,rmcp=warn";
 use crate::wire::{HttpConn, mcp_call};
 
 /// The name of the API key the load uses; it is also the seeded tasks' principal (a key's
@@ -76,7 +80,8 @@ impl Ours {
         let seeded_in = seed::bridge_store(&bridge.state_dir, KEY_NAME, tasks, extra_events)?;
         bridge.spawn().await;
         let secret = bridge.create_key(KEY_NAME, "operator").await;
-        let front = TestFront::start_bin_with_env(&bins.front, &bridge.socket, &[], &[("MCP_FRONT_LOG", "info")]).await;
+        let front =
+            TestFront::start_bin_with_env(&bins.front, &bridge.socket, &[], &[("MCP_FRONT_LOG", FRONT_LOG)]).await;
         Ok(Ours { bridge, front, authorization: format!("Bearer {secret}"), seeded_in })
     }
 

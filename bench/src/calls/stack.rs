@@ -22,6 +22,9 @@ use crate::{Setup, cpu};
 pub enum Target {
     /// `tools/call get_agent_task` through the real mcp-front and agent-bridge.
     Ours,
+    /// The same through another build of both (`--before-bridge-bin`, `--before-front-bin`):
+    /// a before/after comparison in one run.
+    Before,
     /// The same calls as `capabilities.call` lines straight on the bridge's socket.
     Bridge,
     /// The Python reference (mcp 2.3.0, stateless JSON responses, uvicorn, SQLite).
@@ -36,13 +39,21 @@ pub enum Target {
 
 impl Target {
     /// Every target, in the table's order.
-    pub const ALL: [Target; 6] =
-        [Target::Ours, Target::Bridge, Target::Python, Target::HttpFloor, Target::UdsFloor, Target::SqliteFloor];
+    pub const ALL: [Target; 7] = [
+        Target::Ours,
+        Target::Before,
+        Target::Bridge,
+        Target::Python,
+        Target::HttpFloor,
+        Target::UdsFloor,
+        Target::SqliteFloor,
+    ];
 
     /// The target's name on the command line and in the table.
     pub fn name(self) -> &'static str {
         match self {
             Target::Ours => "ours",
+            Target::Before => "before",
             Target::Bridge => "bridge",
             Target::Python => "python",
             Target::HttpFloor => "http-floor",
@@ -56,6 +67,8 @@ impl Target {
 pub struct Stack {
     /// The bridge and the front, when `ours` or `bridge` is measured.
     pub ours: Option<Ours>,
+    /// The other build's bridge and front, when `before` is measured.
+    pub before: Option<Ours>,
     python: Option<Server>,
     http: Option<Server>,
     uds: Option<Server>,
@@ -69,6 +82,7 @@ impl Stack {
     pub async fn start(setup: &Setup, targets: &[Target], tasks: usize) -> anyhow::Result<Stack> {
         let wants = |t: Target| targets.contains(&t);
         let bins = if wants(Target::Ours) || wants(Target::Bridge) { Some(setup.bins()?) } else { None };
+        let before = if wants(Target::Before) { Some(setup.before_bins()?) } else { None };
         if wants(Target::Python) {
             servers::check_python(&setup.python)?;
         }
@@ -79,7 +93,7 @@ impl Stack {
             None
         };
         cpu::pin_this_thread(setup.server_cpu)?;
-        let started = Self::spawn(bins.as_ref(), setup, &wants, tasks, reference).await;
+        let started = Self::spawn([bins.as_ref(), before.as_ref()], setup, &wants, tasks, reference).await;
         // Whatever happened, the load side leaves the server CPU.
         cpu::pin_every_thread(setup.load_cpu)?;
         let mut stack = started?;
@@ -89,7 +103,7 @@ impl Stack {
     }
 
     async fn spawn(
-        bins: Option<&Bins>,
+        [bins, before_bins]: [Option<&Bins>; 2],
         setup: &Setup,
         wants: &dyn Fn(Target) -> bool,
         tasks: usize,
@@ -99,21 +113,27 @@ impl Stack {
             Some(bins) => Some(Ours::start(bins, tasks, 20).await?),
             None => None,
         };
+        let before = match before_bins {
+            Some(bins) => Some(Ours::start(bins, tasks, 20).await?),
+            None => None,
+        };
         let python = match &reference {
             Some((_, db)) if wants(Target::Python) => Some(servers::python(&setup.python, db).await?),
             _ => None,
         };
         let http = if wants(Target::HttpFloor) { Some(servers::http_floor().await?) } else { None };
         let uds = if wants(Target::UdsFloor) { Some(servers::uds_floor().await?) } else { None };
-        Ok(Stack { ours, python, http, uds, reference, workloads: Vec::new(), tasks })
+        Ok(Stack { ours, before, python, http, uds, reference, workloads: Vec::new(), tasks })
     }
 
     /// The processes serving `target`, by name (none for the in-process SQLite floor).
     pub fn processes(&self, target: Target) -> anyhow::Result<Vec<(&'static str, u32)>> {
         let ours = || self.ours.as_ref().context("ours is not running");
+        let before = || self.before.as_ref().context("before is not running");
         let server = |s: &Option<Server>| s.as_ref().map(Server::pid).context("the server is not running");
         Ok(match target {
             Target::Ours => vec![("bridge", ours()?.bridge_pid()?), ("front", ours()?.front_pid()?)],
+            Target::Before => vec![("bridge", before()?.bridge_pid()?), ("front", before()?.front_pid()?)],
             Target::Bridge => vec![("bridge", ours()?.bridge_pid()?)],
             Target::Python => vec![("python", server(&self.python)?)],
             Target::HttpFloor => vec![("http-floor", server(&self.http)?)],
@@ -138,8 +158,8 @@ impl Stack {
     fn workload(&self, target: Target) -> Option<Workload> {
         let n = self.tasks;
         let (transport, calls, expect) = match target {
-            Target::Ours => {
-                let ours = self.ours.as_ref()?;
+            Target::Ours | Target::Before => {
+                let ours = if target == Target::Ours { self.ours.as_ref()? } else { self.before.as_ref()? };
                 let addr = ours.front.addr;
                 let calls = (0..n).map(|i| mcp_call(i, addr, Some(&ours.authorization))).collect();
                 (Transport::Http(addr), calls, Expect::McpTask)

@@ -257,6 +257,22 @@ impl Store {
         result
     }
 
+    /// [`Store::read`] in one read transaction: every statement of `f` sees the same snapshot,
+    /// and the WAL read lock is taken and released once (twice a statement otherwise).
+    pub fn read_snapshot<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.read(|c| {
+            c.prepare_cached("BEGIN")?.execute([])?;
+            let value = f(c);
+            if let Err(e) = c.prepare_cached("COMMIT").and_then(|mut end| end.execute([])) {
+                // Never leave a pooled connection inside a transaction.
+                let _ = c.execute_batch("ROLLBACK");
+                value?;
+                return Err(e.into());
+            }
+            value
+        })
+    }
+
     /// Runs blocking store work off the async reactor, on the store's threads. The work runs
     /// to its end even if the caller stops waiting (a write is never cut in half).
     pub async fn call<T, F>(self: &Arc<Self>, f: F) -> Result<T, StoreError>

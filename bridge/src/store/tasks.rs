@@ -358,9 +358,9 @@ impl Store {
         self.read(|c| get_task_in(c, task_id))
     }
 
-    /// Reads one task with what its view shows ([`TaskParts`]).
+    /// Reads one task with what its view shows ([`TaskParts`]), from one snapshot.
     pub fn task_parts(&self, task_id: &str) -> Result<Option<TaskParts>, StoreError> {
-        self.read(|c| {
+        self.read_snapshot(|c| {
             let Some(task) = get_task_in(c, task_id)? else { return Ok(None) };
             let pending = match &task.pending_request_id {
                 Some(request) => super::interactions::get_in(c, request)?,
