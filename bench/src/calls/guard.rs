@@ -137,14 +137,14 @@ pub async fn main(args: &GuardArgs) -> anyhow::Result<bool> {
             args.baseline.display()
         );
     };
-    let limit = base * TOLERANCE;
+    let limit = limit(base);
     let base_figures = format!(
         "the {mine} baseline of {}: ours {:.1} µs ÷ uds-floor {:.2} µs = {base:.1}",
         doc[mine]["date"].as_str().unwrap_or("?"),
         doc[mine]["ours_cpu_us_per_call"].as_f64().unwrap_or(f64::NAN),
         doc[mine]["uds_floor_cpu_us_per_call"].as_f64().unwrap_or(f64::NAN)
     );
-    if ratio > limit {
+    if !within(ratio, base) {
         say(&format!(
             "calls guard: FAIL: {measured}, over {TOLERANCE} × {base_figures} (limit {limit:.1}): a tool call costs \
              {:.0} % more CPU than the baseline, against the same floor",
@@ -154,6 +154,16 @@ pub async fn main(args: &GuardArgs) -> anyhow::Result<bool> {
     }
     say(&format!("calls guard: PASS: {measured}; {base_figures} (limit {limit:.1})"));
     Ok(true)
+}
+
+/// The highest ratio a run may have against a baseline of `base`.
+fn limit(base: f64) -> f64 {
+    base * TOLERANCE
+}
+
+/// Whether a run's `ratio` passes against the baseline `base`.
+fn within(ratio: f64, base: f64) -> bool {
+    ratio.is_finite() && ratio <= limit(base)
 }
 
 fn read_baselines(path: &Path) -> anyhow::Result<Value> {
@@ -194,6 +204,15 @@ fn entry(ratio: f64, ours: &Figures, floor: &Figures, plan: Plan, args: &GuardAr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_fails_past_one_and_a_half_times_its_baseline() {
+        assert!(within(22.0, 22.0));
+        assert!(within(32.9, 22.0));
+        assert!(within(33.0, 22.0));
+        assert!(!within(33.1, 22.0), "50 % over the baseline is the most a run may be");
+        assert!(!within(f64::NAN, 22.0) && !within(f64::INFINITY, 22.0), "a run with no figure never passes");
+    }
 
     #[test]
     fn the_profile_comes_from_the_target_folder() {

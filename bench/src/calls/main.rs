@@ -88,10 +88,12 @@ pub struct SetupArgs {
     /// Run the binaries even when a source file is newer than they are.
     #[arg(long)]
     allow_stale: bool,
-    /// Another build's `agent-bridge`, measured as the target `before` (with --before-front-bin).
+    /// Another build's `agent-bridge`, measured as the target `before` by the full comparison
+    /// (with --before-front-bin).
     #[arg(long, requires = "before_front_bin")]
     before_bridge_bin: Option<PathBuf>,
-    /// Another build's `mcp-front`, measured as the target `before` (with --before-bridge-bin).
+    /// Another build's `mcp-front`, measured as the target `before` by the full comparison
+    /// (with --before-bridge-bin).
     #[arg(long, requires = "before_bridge_bin")]
     before_front_bin: Option<PathBuf>,
 }
