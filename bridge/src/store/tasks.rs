@@ -323,12 +323,14 @@ pub(super) fn filter_sql(filter: &TaskFilter, with_cursor: bool) -> (String, Vec
 }
 
 pub(super) fn get_task_in(conn: &Connection, task_id: &str) -> Result<Option<TaskRow>, StoreError> {
-    Ok(conn.prepare_cached(&get_task_sql())?.query_row([task_id], task_from_row).optional()?)
+    Ok(conn.prepare_cached(get_task_sql())?.query_row([task_id], task_from_row).optional()?)
 }
 
 /// The statement of [`get_task_in`] (a test checks that SQLite never prepares it again).
-pub(super) fn get_task_sql() -> String {
-    format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1")
+pub(super) fn get_task_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"));
+    &SQL
 }
 
 fn find_by_key_in(conn: &Connection, principal: &str, key: &str) -> Result<Option<TaskRow>, StoreError> {

@@ -450,7 +450,7 @@ fn the_task_views_statement_is_prepared_once() {
         store.task_parts(id).unwrap();
     }
     let reprepared = store
-        .read(|c| Ok(c.prepare_cached(&super::tasks::get_task_sql())?.get_status(rusqlite::StatementStatus::RePrepare)))
+        .read(|c| Ok(c.prepare_cached(super::tasks::get_task_sql())?.get_status(rusqlite::StatementStatus::RePrepare)))
         .unwrap();
     assert_eq!(reprepared, 0);
 }

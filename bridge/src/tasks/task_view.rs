@@ -20,9 +20,9 @@ pub fn render(parts: &TaskParts, full: bool, now: i64) -> Box<RawValue> {
     let pending = parts.pending.as_ref();
     let view = TaskView {
         changes: match &parts.changes {
-            Some(c) => changes_view(c),
-            None if t.profile == "review" => read_only_changes(),
-            None => Value::Null,
+            Some(c) => Json::Tree(changes_view(c)),
+            None if t.profile == "review" => Json::Static(&READ_ONLY_CHANGES),
+            None => Json::Tree(Value::Null),
         },
         completed_at: t.completed_at.map(rfc3339),
         continue_from_task_id: t.continue_from_task_id.as_deref(),
@@ -77,7 +77,7 @@ pub fn render(parts: &TaskParts, full: bool, now: i64) -> Box<RawValue> {
 /// The view's fields, in sorted order (see the module documentation).
 #[derive(Serialize)]
 struct TaskView<'a> {
-    changes: Value,
+    changes: Json,
     completed_at: Option<String>,
     continue_from_task_id: Option<&'a str>,
     correlation_id: Option<&'a str>,
@@ -187,6 +187,7 @@ impl UsageView<'_> {
 /// answer).
 enum Json {
     Text(Box<RawValue>),
+    Static(&'static RawValue),
     Tree(Value),
 }
 
@@ -194,10 +195,16 @@ impl Serialize for Json {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Json::Text(raw) => raw.serialize(s),
+            Json::Static(raw) => raw.serialize(s),
             Json::Tree(value) => value.serialize(s),
         }
     }
 }
+
+/// [`read_only_changes`], written once.
+static READ_ONLY_CHANGES: std::sync::LazyLock<Box<RawValue>> = std::sync::LazyLock::new(|| {
+    serde_json::value::to_raw_value(&read_only_changes()).unwrap_or_else(|_| RawValue::NULL.to_owned())
+});
 
 fn stored_json(text: &str) -> Json {
     match RawValue::from_string(text.to_owned()) {
