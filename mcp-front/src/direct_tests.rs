@@ -175,6 +175,17 @@ async fn the_direct_path_answers_exactly_as_rmcp_does() {
         assert_eq!(x, y, "{what}: direct {} / rmcp {}", text(&a), text(&b));
         assert_eq!(text(&a), text(&b), "{what}: the same bytes");
     }
+    // No bridge at all: the same tool error from both paths.
+    let gone = dir.path().join("gone.sock");
+    let direct = crate::server::router_with(&config(&gone), &shutdown, true);
+    let rmcp = crate::server::router_with(&config(&gone), &shutdown, false);
+    let body = call(json!(11), "get_agent_task", json!({}));
+    let (a, b) = (
+        post(&direct, &[good, json, JSON_AND_SSE], &body).await,
+        post(&rmcp, &[good, json, JSON_AND_SSE], &body).await,
+    );
+    assert_eq!((a.status, &a.body), (b.status, &b.body), "{}", String::from_utf8_lossy(&a.body));
+    assert!(String::from_utf8_lossy(&a.body).contains("AGENT_BRIDGE_UNAVAILABLE"));
     bridge.abort();
 }
 
