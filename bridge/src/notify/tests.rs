@@ -193,18 +193,24 @@ fn the_delay_doubles_within_its_jitter_and_stops_at_an_hour() {
     }
 }
 
-#[tokio::test]
-async fn a_target_that_hangs_delays_only_its_own_rows() {
-    let (base, got) = receiver(0).await;
-    // A listener that accepts and never answers.
+/// A listener on 127.0.0.1 that accepts connections and never answers (abort the task to
+/// close them).
+async fn hanging_listener() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let hang_addr = hang.local_addr().expect("addr");
+    let addr = hang.local_addr().expect("addr");
     let held = tokio::spawn(async move {
         let mut open = Vec::new();
         while let Ok((conn, _)) = hang.accept().await {
             open.push(conn);
         }
     });
+    (addr, held)
+}
+
+#[tokio::test]
+async fn a_target_that_hangs_delays_only_its_own_rows() {
+    let (base, got) = receiver(0).await;
+    let (hang_addr, held) = hanging_listener().await;
     let root = tempfile::tempdir().expect("tempdir");
     let env = format!(
         "SERVERFS_NOTIFY_01_URL=http://{hang_addr}/hook\nSERVERFS_NOTIFY_01_KIND=webhook\nSERVERFS_NOTIFY_01_SECRET={SECRET}\n\
@@ -232,14 +238,7 @@ async fn a_target_that_hangs_delays_only_its_own_rows() {
 #[tokio::test]
 async fn a_backlog_of_a_hanging_target_ahead_in_due_order_does_not_hide_another_targets_row() {
     let (base, got) = receiver(0).await;
-    let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let hang_addr = hang.local_addr().expect("addr");
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((conn, _)) = hang.accept().await {
-            open.push(conn);
-        }
-    });
+    let (hang_addr, held) = hanging_listener().await;
     let root = tempfile::tempdir().expect("tempdir");
     let env = format!(
         "SERVERFS_NOTIFY_01_URL=http://{hang_addr}/hook\nSERVERFS_NOTIFY_01_KIND=webhook\nSERVERFS_NOTIFY_01_SECRET={SECRET}\n\
