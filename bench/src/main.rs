@@ -11,12 +11,13 @@
     reason = "the soak benchmark is a load generator, not a daemon: it starts the binaries and reads /proc"
 )]
 
+#[path = "bins.rs"]
+mod bins;
 mod http;
 mod load;
 mod stats;
 
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -76,15 +77,8 @@ struct Args {
     /// How often RSS and descriptors are sampled.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     sample_every: Duration,
-    /// The `agent-bridge` binary [env: AGENT_BRIDGE_BIN; default: next to this one].
-    #[arg(long)]
-    bridge_bin: Option<PathBuf>,
-    /// The `mcp-front` binary [env: MCP_FRONT_BIN; default: next to this one].
-    #[arg(long)]
-    front_bin: Option<PathBuf>,
-    /// Run the binaries even when a source file is newer than they are (one only tests use).
-    #[arg(long)]
-    allow_stale: bool,
+    #[command(flatten)]
+    bins: bins::BinArgs,
 }
 
 fn main() -> ExitCode {
@@ -109,31 +103,9 @@ fn note(what: &str) {
     let _ = writeln!(std::io::stderr(), "soak: {what}");
 }
 
-/// The binary `name`: `flag`, else `$var`, else next to this executable (the same cargo
-/// profile); it must exist and be newer than its sources.
-fn locate(flag: Option<PathBuf>, var: &str, name: &str, sources: &[&str], check: bool) -> anyhow::Result<PathBuf> {
-    let flag_name = if name == "agent-bridge" { "--bridge-bin" } else { "--front-bin" };
-    let path = match flag.or_else(|| std::env::var_os(var).map(PathBuf::from)) {
-        Some(path) => path,
-        None => std::env::current_exe().context("this executable's path")?.with_file_name(name),
-    };
-    if !path.is_file() {
-        bail!(
-            "{} is missing: build it first (`cargo build -p agent-bridge -p mcp-front`, with --release for a \
-             release soak) or pass {flag_name}",
-            path.display()
-        );
-    }
-    if check {
-        e2e::assert_fresh_from(&path, sources);
-    }
-    Ok(path)
-}
-
 async fn run(args: Args) -> anyhow::Result<bool> {
-    let fresh = !args.allow_stale;
-    let bridge_bin = locate(args.bridge_bin.clone(), "AGENT_BRIDGE_BIN", "agent-bridge", e2e::BRIDGE_SOURCES, fresh)?;
-    let front_bin = locate(args.front_bin.clone(), "MCP_FRONT_BIN", "mcp-front", e2e::FRONT_SOURCES, fresh)?;
+    let (bridge_bin, front_bin) =
+        args.bins.locate("cargo build -p agent-bridge -p mcp-front, with --release for a release soak")?;
     let baseline = args.baseline.unwrap_or_else(|| Duration::from_secs(60).min(args.duration / 2));
     if baseline >= args.duration {
         bail!("--baseline ({baseline:?}) must fall inside --duration ({:?})", args.duration);

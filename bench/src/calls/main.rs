@@ -14,6 +14,8 @@
 )]
 
 mod answers;
+#[path = "../bins.rs"]
+mod bins;
 mod compare;
 mod cpu;
 mod floors;
@@ -79,15 +81,8 @@ pub struct SetupArgs {
     /// The CPU the load generator (this process) is pinned to.
     #[arg(long, default_value_t = 1)]
     load_cpu: usize,
-    /// The `agent-bridge` binary [env: AGENT_BRIDGE_BIN; default: next to this one].
-    #[arg(long)]
-    bridge_bin: Option<PathBuf>,
-    /// The `mcp-front` binary [env: MCP_FRONT_BIN; default: next to this one].
-    #[arg(long)]
-    front_bin: Option<PathBuf>,
-    /// Run the binaries even when a source file is newer than they are.
-    #[arg(long)]
-    allow_stale: bool,
+    #[command(flatten)]
+    bins: bins::BinArgs,
     /// Another build's `agent-bridge`, measured as the target `before` by the full comparison
     /// (with --before-front-bin).
     #[arg(long, requires = "before_front_bin")]
@@ -181,13 +176,11 @@ impl Setup {
 
     /// The binaries under test, located and checked.
     pub fn bins(&self) -> anyhow::Result<Bins> {
-        let fresh = !self.args.allow_stale;
-        let bridge = self.args.bridge_bin.clone();
-        let front = self.args.front_bin.clone();
-        Ok(Bins {
-            bridge: servers::locate(bridge, "AGENT_BRIDGE_BIN", "agent-bridge", e2e::BRIDGE_SOURCES, fresh)?,
-            front: servers::locate(front, "MCP_FRONT_BIN", "mcp-front", e2e::FRONT_SOURCES, fresh)?,
-        })
+        let (bridge, front) = self
+            .args
+            .bins
+            .locate("cargo build --release -p agent-bridge -p mcp-front -p bench, or without --release")?;
+        Ok(Bins { bridge, front })
     }
 }
 

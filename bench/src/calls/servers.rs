@@ -35,27 +35,6 @@ pub struct Bins {
     pub front: PathBuf,
 }
 
-/// The binary `name`: `flag`, else `$var`, else next to this executable (the same cargo
-/// profile); it must exist and, when `check`, be newer than its sources.
-pub fn locate(flag: Option<PathBuf>, var: &str, name: &str, sources: &[&str], check: bool) -> anyhow::Result<PathBuf> {
-    let flag_name = if name == "agent-bridge" { "--bridge-bin" } else { "--front-bin" };
-    let path = match flag.or_else(|| std::env::var_os(var).map(PathBuf::from)) {
-        Some(path) => path,
-        None => std::env::current_exe().context("this executable's path")?.with_file_name(name),
-    };
-    if !path.is_file() {
-        bail!(
-            "{} is missing: build it first (`cargo build --release -p agent-bridge -p mcp-front -p bench`, \
-             without --release for the debug profile) or pass {flag_name}",
-            path.display()
-        );
-    }
-    if check {
-        e2e::assert_fresh_from(&path, sources);
-    }
-    Ok(path)
-}
-
 /// Ours: the real bridge on a store seeded with `tasks` tasks of [`KEY_NAME`], the real front
 /// before it, and the key the load presents.
 pub struct Ours {
