@@ -17,6 +17,7 @@ pub mod oauth;
 pub mod plans;
 pub mod provider;
 pub mod registry;
+pub mod sched;
 pub mod server;
 pub mod store;
 pub mod tasks;

@@ -185,8 +185,10 @@ fn spliced(id: &RequestId, result: &RawValue) -> Response {
             is_error: false,
         },
     };
-    match serde_json::to_vec(&envelope) {
-        Ok(bytes) => json_response(bytes),
+    // The result twice (once as text, escaped) and the envelope: written without regrowing.
+    let mut bytes = Vec::with_capacity(2 * result.get().len() + 160);
+    match serde_json::to_writer(&mut bytes, &envelope) {
+        Ok(()) => json_response(bytes),
         Err(e) => json_response(
             serde_json::to_vec(&ServerJsonRpcMessage::error(
                 ErrorData::internal_error(e.to_string(), None),

@@ -60,7 +60,9 @@ impl CallError {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn next_request_id() -> String {
-    format!("c{}-{}", std::process::id(), NEXT_ID.fetch_add(1, Ordering::Relaxed))
+    // The process id is read once (a system call each time otherwise).
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    format!("c{}-{}", PID.get_or_init(std::process::id), NEXT_ID.fetch_add(1, Ordering::Relaxed))
 }
 
 /// One open connection to the bridge; calls on it are sequential.

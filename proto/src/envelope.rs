@@ -299,13 +299,12 @@ impl Response {
     /// newline included, without building a [`Response`]. A line larger than
     /// [`crate::MAX_LINE_BYTES`] is replaced by a [`codes::RESPONSE_TOO_LARGE`] error.
     pub fn ok_line<R: Serialize + ?Sized>(request_id: &str, result: &R) -> Vec<u8> {
-        let mut line = match serde_json::to_vec(&OkWire { request_id, ok: true, result }) {
-            Ok(line) => line,
-            Err(e) => {
-                let error = ErrorBody::new(codes::BRIDGE_PROTOCOL_ERROR, format!("cannot encode the result: {e}"));
-                return Response::Err { request_id: Some(request_id.to_owned()), error }.to_line();
-            }
-        };
+        // Most answers fit: written without regrowing the buffer.
+        let mut line = Vec::with_capacity(4096);
+        if let Err(e) = serde_json::to_writer(&mut line, &OkWire { request_id, ok: true, result }) {
+            let error = ErrorBody::new(codes::BRIDGE_PROTOCOL_ERROR, format!("cannot encode the result: {e}"));
+            return Response::Err { request_id: Some(request_id.to_owned()), error }.to_line();
+        }
         if line.len() > crate::MAX_LINE_BYTES {
             let error = ErrorBody::new(
                 codes::RESPONSE_TOO_LARGE,

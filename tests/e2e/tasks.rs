@@ -432,3 +432,36 @@ async fn a_review_task_runs_beside_a_writer_without_a_lease() {
     b.call("cancel_agent_task", json!({ "task_id": writer })).await.expect("cancel");
     poll_until("the lease is released", Duration::from_secs(15), || b.lease_is_free(1)).await;
 }
+
+/// The scheduling policy in a `/proc/…/stat` line (field 41, counted after the parenthesised
+/// name): 0 normal, 3 batch.
+fn sched_policy(stat: &str) -> Option<u32> {
+    let after_name = stat.get(stat.rfind(')')? + 2..)?;
+    after_name.split_whitespace().nth(38)?.parse().ok()
+}
+
+#[tokio::test]
+async fn the_bridge_reactor_runs_batch_and_a_task_gets_the_normal_policy_back() {
+    let b = TestBridge::start().await;
+    let pid = b.pid().expect("the bridge runs");
+    // The runtime's threads batch their wake-ups (bridge/src/sched.rs); the store's do not.
+    let mut threads = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the bridge's threads") {
+        let dir = entry.expect("a thread").path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default().trim().to_owned();
+        let policy = std::fs::read_to_string(dir.join("stat")).ok().and_then(|stat| sched_policy(&stat));
+        threads.push((name, policy));
+    }
+    let workers: Vec<_> = threads.iter().filter(|(name, _)| name.starts_with("tokio-rt")).collect();
+    assert!(!workers.is_empty(), "{threads:?}");
+    assert!(workers.iter().all(|(_, policy)| *policy == Some(3)), "the async threads are batch: {threads:?}");
+    let store: Vec<_> = threads.iter().filter(|(name, _)| name.starts_with("store-")).collect();
+    assert!(store.iter().all(|(_, policy)| *policy == Some(0)), "the store's threads are normal: {threads:?}");
+    // A task is started from an async thread; its processes run as from the operator's shell.
+    let id = b.submit("exec:cat /proc/self/stat").await;
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "succeeded", "{end:#}");
+    let text = end["final_response"].as_str().expect("final_response");
+    let stat = text.lines().find(|l| l.contains("(cat)")).unwrap_or_else(|| panic!("no stat line: {text}"));
+    assert_eq!(sched_policy(stat), Some(0), "the task's process is normal: {stat}");
+}

@@ -260,7 +260,9 @@ fn serve(source: ConfigSource) -> ExitCode {
     init_tracing(config.log_level);
     // Blocking work (store calls, /proc and cgroup reads) is short: a bounded pool of threads
     // that live a while serves it without a thread (stack, allocator arena) per burst.
+    // Its threads run under the batch scheduling policy (`sched.rs` says why).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(crate::sched::batch_this_thread)
         .max_blocking_threads(BLOCKING_THREADS)
         .thread_keep_alive(std::time::Duration::from_secs(60))
         .enable_all()

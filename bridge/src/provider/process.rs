@@ -286,6 +286,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         cmd.env(MARKER_VAR, &spec.task_id);
     }
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    normal_policy_on_exec(&mut cmd);
     let info = match &wrap {
         Some(_) => Some(info_pipe(&mut cmd)?),
         None => None,
@@ -372,6 +373,16 @@ fn pin_namespace(pid: i32, pid_ns: u64) -> Option<std::fs::File> {
     (file.metadata().ok()?.ino() == pid_ns).then_some(file)
 }
 
+/// The child gets the normal scheduling policy back before it executes: it would inherit the
+/// batch policy of the async thread that started it (`crate::sched`).
+#[allow(unsafe_code)]
+fn normal_policy_on_exec(cmd: &mut Command) {
+    // SAFETY: the hook makes one system call (sched_setscheduler), async-signal-safe.
+    unsafe {
+        cmd.pre_exec(crate::sched::normal_policy_in_child);
+    }
+}
+
 /// A close-on-exec pipe whose write end the child gets as [`INFO_FD`] (bwrap's `--info-fd`).
 #[allow(unsafe_code)]
 fn info_pipe(cmd: &mut Command) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
@@ -415,7 +426,13 @@ async fn read_info(read: std::os::fd::OwnedFd) -> Option<super::sandbox::Sandbox
 /// Runs `program args` to completion, bounded by `limit`: its stdout, or why it failed (its
 /// stderr, or the timeout). Blocking; for start-up checks only (never a task).
 pub fn run_bounded(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
-    let mut child = std::process::Command::new(program)
+    let mut command = std::process::Command::new(program);
+    // SAFETY: as in `normal_policy_on_exec`: one async-signal-safe system call.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, crate::sched::normal_policy_in_child);
+    }
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -21,7 +21,7 @@ pub fn render(parts: &TaskParts, full: bool, now: i64) -> Box<RawValue> {
     let view = TaskView {
         changes: match &parts.changes {
             Some(c) => Json::Tree(changes_view(c)),
-            None if t.profile == "review" => Json::Static(&READ_ONLY_CHANGES),
+            None if t.profile == "review" => Json::Raw(&READ_ONLY_CHANGES),
             None => Json::Tree(Value::Null),
         },
         completed_at: t.completed_at.map(rfc3339),
@@ -77,7 +77,7 @@ pub fn render(parts: &TaskParts, full: bool, now: i64) -> Box<RawValue> {
 /// The view's fields, in sorted order (see the module documentation).
 #[derive(Serialize)]
 struct TaskView<'a> {
-    changes: Json,
+    changes: Json<'a>,
     completed_at: Option<String>,
     continue_from_task_id: Option<&'a str>,
     correlation_id: Option<&'a str>,
@@ -89,7 +89,7 @@ struct TaskView<'a> {
     final_response: Option<&'a str>,
     final_response_truncated: bool,
     idempotency_key: Option<&'a str>,
-    manifest: Json,
+    manifest: Json<'a>,
     manifest_sha256: &'a str,
     model: Option<&'a str>,
     owner: &'a str,
@@ -121,7 +121,7 @@ struct RequestView<'a> {
     created_at: String,
     expires_at: String,
     kind: &'static str,
-    payload: Json,
+    payload: Json<'a>,
     request_id: &'a str,
     status: &'static str,
 }
@@ -185,17 +185,15 @@ impl UsageView<'_> {
 
 /// JSON kept as text when it is valid, `null` when the stored text is not (never an invalid
 /// answer).
-enum Json {
-    Text(Box<RawValue>),
-    Static(&'static RawValue),
+enum Json<'a> {
+    Raw(&'a RawValue),
     Tree(Value),
 }
 
-impl Serialize for Json {
+impl Serialize for Json<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Json::Text(raw) => raw.serialize(s),
-            Json::Static(raw) => raw.serialize(s),
+            Json::Raw(raw) => raw.serialize(s),
             Json::Tree(value) => value.serialize(s),
         }
     }
@@ -206,15 +204,16 @@ static READ_ONLY_CHANGES: std::sync::LazyLock<Box<RawValue>> = std::sync::LazyLo
     serde_json::value::to_raw_value(&read_only_changes()).unwrap_or_else(|_| RawValue::NULL.to_owned())
 });
 
-fn stored_json(text: &str) -> Json {
-    match RawValue::from_string(text.to_owned()) {
-        Ok(raw) => Json::Text(raw),
+fn stored_json(text: &str) -> Json<'_> {
+    // Checked where it lies, not copied.
+    match serde_json::from_str::<&RawValue>(text) {
+        Ok(raw) => Json::Raw(raw),
         Err(_) => Json::Tree(Value::Null),
     }
 }
 
 /// A request's payload; without `full`, its whole text (`full_text`) is left out.
-fn payload(text: &str, full: bool) -> Json {
+fn payload(text: &str, full: bool) -> Json<'_> {
     if full || !text.contains("\"full_text\"") {
         return stored_json(text);
     }
