@@ -120,22 +120,15 @@ pub fn median(runs: &[Figures]) -> Figures {
 
 /// Today's date (UTC), `YYYY-MM-DD`.
 pub fn today() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    civil_date(secs as i64 / 86_400)
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    civil_date(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
-/// The proleptic Gregorian date of day `days` since 1970-01-01 (H. Hinnant's `civil_from_days`).
-fn civil_date(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+/// The UTC date of the instant `ms` (Unix milliseconds), from the bridge's RFC 3339 formatter.
+fn civil_date(ms: i64) -> String {
+    let mut text = agent_bridge::clock::rfc3339(ms);
+    text.truncate(10);
+    text
 }
 
 /// A warning when other processes used more than 5 % of a measured CPU in some window.
@@ -229,7 +222,7 @@ mod tests {
         assert_eq!(median(&[slower, f.clone(), faster]).cpu_us, f.cpu_us);
         assert_eq!(grouped(4509.4), "4,509");
         assert_eq!(
-            (civil_date(0), civil_date(19_782), civil_date(11_016)),
+            (civil_date(0), civil_date(19_782 * 86_400_000), civil_date(11_016 * 86_400_000 + 86_399_999)),
             ("1970-01-01".into(), "2024-02-29".into(), "2000-02-29".into())
         );
         assert_eq!(grouped(999.0), "999");
