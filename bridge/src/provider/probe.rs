@@ -121,18 +121,29 @@ pub async fn output(
     let read = tokio::time::timeout(PROBE_TIMEOUT, async {
         let (mut chunk, mut echunk) = ([0u8; 4096], [0u8; 1024]);
         let (mut out_open, mut err_open) = (true, true);
+        let mut keep = |r: std::io::Result<usize>, echunk: &[u8], err: &mut Vec<u8>| match r {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                if err.len() < 4096 {
+                    err.extend_from_slice(&echunk[..n]);
+                }
+                true
+            }
+        };
         while out_open && out.len() < max_bytes {
             tokio::select! {
                 r = stdout.read(&mut chunk) => match r {
                     Ok(0) | Err(_) => out_open = false,
                     Ok(n) => out.extend_from_slice(&chunk[..n]),
                 },
-                r = stderr.read(&mut echunk), if err_open => match r {
-                    Ok(0) | Err(_) => err_open = false,
-                    Ok(n) if err.len() < 4096 => err.extend_from_slice(&echunk[..n]),
-                    Ok(_) => {}
-                },
+                r = stderr.read(&mut echunk), if err_open => err_open = keep(r, &echunk, &mut err),
             }
+        }
+        // Its stdout ended (it is exiting): what it said on stderr may still be unread, and
+        // that is the reason a failure gives (both ends can be ready at once).
+        while err_open && !out_open {
+            let r = stderr.read(&mut echunk).await;
+            err_open = keep(r, &echunk, &mut err);
         }
     })
     .await;
@@ -203,5 +214,18 @@ mod tests {
         // `/bin/true --version` exits 0 but says nothing a version parser accepts.
         let wrong = version(Path::new("/bin/true"), Vec::new(), parse_codex).await;
         assert!(matches!(wrong, Probed::Unavailable(_)), "{wrong:?}");
+    }
+
+    /// A failing child's reason is on stderr, which can still be unread when its stdout ends
+    /// (codex's refusal of a setting came back without its reason, once in a few runs).
+    #[tokio::test]
+    async fn a_failure_gives_its_stderr_reason_however_the_two_ends_arrive() {
+        let env = vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
+        let cwd = std::env::temp_dir();
+        for _ in 0..50 {
+            let script = "exec 1>&-; echo 'refused: approval_policy untrusted' >&2; exit 1";
+            let failed = output(Path::new("/bin/sh"), &["-c", script], env.clone(), &cwd, 1024).await;
+            assert!(matches!(&failed, Err(why) if why.ends_with("refused: approval_policy untrusted")), "{failed:?}");
+        }
     }
 }
