@@ -18,8 +18,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::quiet::QuietStream;
 
 use crate::envelope::{RawResponse, Request, Response};
 use crate::framing::{Line, read_line};
@@ -67,8 +69,8 @@ fn next_request_id() -> String {
 
 /// One open connection to the bridge; calls on it are sequential.
 pub struct Connection {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    reader: BufReader<ReadHalf<QuietStream>>,
+    writer: WriteHalf<QuietStream>,
     buf: Vec<u8>,
 }
 
@@ -78,7 +80,9 @@ impl Connection {
         let stream = UnixStream::connect(path)
             .await
             .map_err(|e| CallError::Unavailable(format!("cannot connect to the bridge socket: {e}")))?;
-        let (read, writer) = stream.into_split();
+        let stream = QuietStream::new(stream)
+            .map_err(|e| CallError::Unavailable(format!("cannot register the bridge socket: {e}")))?;
+        let (read, writer) = tokio::io::split(stream);
         Ok(Connection { reader: BufReader::new(read), writer, buf: Vec::new() })
     }
 

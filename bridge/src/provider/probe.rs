@@ -121,7 +121,7 @@ pub async fn output(
     let read = tokio::time::timeout(PROBE_TIMEOUT, async {
         let (mut chunk, mut echunk) = ([0u8; 4096], [0u8; 1024]);
         let (mut out_open, mut err_open) = (true, true);
-        let mut keep = |r: std::io::Result<usize>, echunk: &[u8], err: &mut Vec<u8>| match r {
+        let keep = |r: std::io::Result<usize>, echunk: &[u8], err: &mut Vec<u8>| match r {
             Ok(0) | Err(_) => false,
             Ok(n) => {
                 if err.len() < 4096 {
