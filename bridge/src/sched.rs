@@ -8,7 +8,8 @@
 //! share and priority but lets a woken thread wait for the running one to block or use up its
 //! slice: the bridge then reads the lines that came meanwhile in one go, and a store thread
 //! finishes the calls queued to it before the reactor runs. Issue 17's benchmark measured
-//! about a fifth less CPU per call with p99 still under 2 ms (README, Performance).
+//! about a fifth less CPU per call with p99 still under 2 ms (`bench/README.md`, where the
+//! time goes).
 //! Only the runtime's threads take it (set as each starts); the store's threads keep the
 //! normal policy, so a read starts as soon as it is queued.
 //!
