@@ -79,16 +79,16 @@ pub async fn run(workload: &Workload, pids: &[u32], meter: &Meter, plan: Plan) -
     let mut set = JoinSet::new();
     for _ in 0..plan.connections {
         let (shared, calls, expect) = (shared.clone(), workload.calls.clone(), workload.expect.clone());
-        match &workload.transport {
-            Transport::Http(addr) => {
-                let conn = HttpConn::connect(*addr).await.with_context(|| format!("connect to {addr}"))?;
-                set.spawn(drive_http(shared, *addr, conn, calls, expect));
-            }
+        let conn = match &workload.transport {
+            Transport::Http(addr) => Conn::Http {
+                conn: HttpConn::connect(*addr).await.with_context(|| format!("connect to {addr}"))?,
+                addr: *addr,
+            },
             Transport::Line(path) => {
-                let conn = LineConn::connect(path).await.with_context(|| format!("connect to {}", path.display()))?;
-                set.spawn(drive_lines(shared, conn, calls, expect));
+                Conn::Line(LineConn::connect(path).await.with_context(|| format!("connect to {}", path.display()))?)
             }
-        }
+        };
+        set.spawn(drive(shared, conn, calls, expect));
     }
     let started = Instant::now();
     until(&mut set, started + plan.warmup).await?;
@@ -135,44 +135,47 @@ impl Shared {
     }
 }
 
-async fn drive_http(
-    shared: Arc<Shared>,
-    addr: SocketAddr,
-    mut conn: HttpConn,
-    calls: Arc<Vec<Call>>,
-    expect: Arc<Expect>,
-) -> Result<Vec<u64>, String> {
-    let mut latencies = Vec::with_capacity(1 << 16);
-    while let Some(n) = shared.next() {
-        let call = &calls[n % calls.len()];
-        let sent = Instant::now();
-        let answer = conn.exchange(&call.wire).await.map_err(|e| format!("call {}: {e}", call.id))?;
-        let took = sent.elapsed();
-        check(&expect, call, Some(answer.status), answer.body, full(n, calls.len()))?;
-        let closing = answer.closing;
-        if shared.counting() {
-            latencies.push(took.as_nanos() as u64);
-        }
-        if closing {
-            conn = HttpConn::connect(addr).await.map_err(|e| format!("reconnect to {addr}: {e}"))?;
-        }
-    }
-    Ok(latencies)
+/// One connection of the load.
+enum Conn {
+    Http { conn: HttpConn, addr: SocketAddr },
+    Line(LineConn),
 }
 
-async fn drive_lines(
+impl Conn {
+    /// Sends `call` and checks its answer (whole when `full`), reconnecting when the server
+    /// closed the connection; how long the exchange itself took.
+    async fn call(&mut self, call: &Call, expect: &Expect, full: bool) -> Result<Duration, String> {
+        let sent = Instant::now();
+        let failed = |e: String| format!("call {}: {e}", call.id);
+        match self {
+            Conn::Http { conn, addr } => {
+                let answer = conn.exchange(&call.wire).await.map_err(failed)?;
+                let took = sent.elapsed();
+                check(expect, call, Some(answer.status), answer.body, full)?;
+                if answer.closing {
+                    *conn = HttpConn::connect(*addr).await.map_err(|e| format!("reconnect to {addr}: {e}"))?;
+                }
+                Ok(took)
+            }
+            Conn::Line(conn) => {
+                let answer = conn.exchange(&call.wire).await.map_err(failed)?;
+                let took = sent.elapsed();
+                check(expect, call, None, answer, full)?;
+                Ok(took)
+            }
+        }
+    }
+}
+
+async fn drive(
     shared: Arc<Shared>,
-    mut conn: LineConn,
+    mut conn: Conn,
     calls: Arc<Vec<Call>>,
     expect: Arc<Expect>,
 ) -> Result<Vec<u64>, String> {
     let mut latencies = Vec::with_capacity(1 << 16);
     while let Some(n) = shared.next() {
-        let call = &calls[n % calls.len()];
-        let sent = Instant::now();
-        let answer = conn.exchange(&call.wire).await.map_err(|e| format!("call {}: {e}", call.id))?;
-        let took = sent.elapsed();
-        check(&expect, call, None, answer, full(n, calls.len()))?;
+        let took = conn.call(&calls[n % calls.len()], &expect, full(n, calls.len())).await?;
         if shared.counting() {
             latencies.push(took.as_nanos() as u64);
         }
