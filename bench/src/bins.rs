@@ -48,8 +48,8 @@ fn locate(
     if !path.is_file() {
         bail!("{} is missing: build it first (`{build}`) or pass {flag_name}", path.display());
     }
-    if check {
-        e2e::assert_fresh_from(&path, sources);
+    if check && let Err(stale) = e2e::stale_source(&path, sources) {
+        bail!("{stale}: build it first (`{build}`), or pass --allow-stale to run it as it is");
     }
     Ok(path)
 }

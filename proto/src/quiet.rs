@@ -74,8 +74,17 @@ impl AsyncRead for QuietStream {
                 }
             };
             let unfilled = buf.initialize_unfilled();
+            let room = unfilled.len();
             match guard.try_io(|inner| inner.get_ref().read(unfilled)) {
                 Ok(Ok(n)) => {
+                    // A read that did not fill the buffer emptied the socket (tokio's own
+                    // streams rely on the same): the next read waits for the next readiness
+                    // rather than trying the socket and finding it empty, a system call per
+                    // message. Data arriving meanwhile is a new readiness, which this does not
+                    // clear; nor does it clear the peer's close.
+                    if n > 0 && n < room {
+                        guard.clear_ready();
+                    }
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }

@@ -63,10 +63,19 @@ pub fn built_binary(name: &str, var: &str, sources: &[&str], fresh: &std::sync::
     bin
 }
 
-/// Fails when a `.rs` file under one of `dirs` (relative to the workspace) is newer than `bin`;
-/// files only unit tests compile (`tests.rs`, `*_tests.rs`, `*_fuzz.rs`) do not count: a binary
-/// is never built from them, so cargo rightly leaves it as it is when only they change.
+/// Fails when a `.rs` file under one of `dirs` (relative to the workspace) is newer than `bin`
+/// (see [`stale_source`]).
 pub fn assert_fresh_from(bin: &Path, dirs: &[&str]) {
+    if let Err(stale) = stale_source(bin, dirs) {
+        panic!("{stale}: build it first (`cargo build --workspace`, or run `cargo test --workspace`)");
+    }
+}
+
+/// Says which `.rs` file under one of `dirs` (relative to the workspace) is newer than `bin`,
+/// if one is, or that `bin` cannot be read; files only unit tests compile (`tests.rs`,
+/// `*_tests.rs`, `*_fuzz.rs`) do not count: a binary is never built from them, so cargo
+/// rightly leaves it as it is when only they change.
+pub fn stale_source(bin: &Path, dirs: &[&str]) -> Result<(), String> {
     fn test_only(path: &Path) -> bool {
         path.file_stem()
             .and_then(|s| s.to_str())
@@ -92,14 +101,14 @@ pub fn assert_fresh_from(bin: &Path, dirs: &[&str]) {
     for dir in dirs {
         newest(&workspace.join(dir), &mut newest_source);
     }
-    let built = std::fs::metadata(bin).and_then(|m| m.modified()).expect("the binary's mtime");
-    if let Some((modified, source)) = newest_source {
-        assert!(
-            modified <= built,
-            "{} is older than {}: build it first (`cargo build --workspace`, or run `cargo test --workspace`)",
-            bin.display(),
-            source.display()
-        );
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .map_err(|e| format!("cannot read the modification time of {}: {e}", bin.display()))?;
+    match newest_source {
+        Some((modified, source)) if modified > built => {
+            Err(format!("{} is older than {}", bin.display(), source.display()))
+        }
+        _ => Ok(()),
     }
 }
 
