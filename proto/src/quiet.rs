@@ -171,6 +171,46 @@ mod tests {
         assert_eq!(&pong, b"pong\n");
     }
 
+    /// A read that does not fill its buffer clears the readiness: the next read still wakes
+    /// for data written later, and for the peer's close, whether the close came before the
+    /// next read or after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_a_short_read_later_data_and_the_close_still_wake_the_reader() {
+        let bound = std::time::Duration::from_secs(10);
+        let (a, b) = tokio::net::UnixStream::pair().unwrap();
+        let (mut a, mut b) = (QuietStream::new(a).unwrap(), QuietStream::new(b).unwrap());
+        let mut buf = [0u8; 64];
+        b.write_all(b"one").await.unwrap();
+        assert_eq!(a.read(&mut buf).await.unwrap(), 3, "a short read");
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            b.write_all(b"two").await.unwrap();
+            b
+        });
+        let n = tokio::time::timeout(bound, a.read(&mut buf)).await.expect("later data wakes the reader").unwrap();
+        assert_eq!(&buf[..n], b"two");
+        let mut b = writer.await.unwrap();
+        // The close right after a message: the short read, then the end at once.
+        b.write_all(b"three").await.unwrap();
+        b.shutdown().await.unwrap();
+        let n = tokio::time::timeout(bound, a.read(&mut buf)).await.expect("the message").unwrap();
+        assert_eq!(&buf[..n], b"three");
+        let end = tokio::time::timeout(bound, a.read(&mut buf)).await.expect("the close is not lost").unwrap();
+        assert_eq!(end, 0);
+        // And a close that comes while the reader waits, after a short read.
+        let (c, d) = tokio::net::UnixStream::pair().unwrap();
+        let (mut c, mut d) = (QuietStream::new(c).unwrap(), QuietStream::new(d).unwrap());
+        d.write_all(b"four").await.unwrap();
+        assert_eq!(c.read(&mut buf).await.unwrap(), 4);
+        let closer = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            drop(d);
+        });
+        let end = tokio::time::timeout(bound, c.read(&mut buf)).await.expect("the close wakes the reader").unwrap();
+        assert_eq!(end, 0);
+        closer.await.unwrap();
+    }
+
     /// A reader parked while the writer changes the registration is woken (its waker lived in
     /// the old one).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
