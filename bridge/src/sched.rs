@@ -10,11 +10,12 @@
 //! finishes the calls queued to it before the reactor runs. Issue 17's benchmark measured
 //! about a fifth less CPU per call with p99 still under 2 ms (`bench/README.md`, where the
 //! time goes).
-//! Only the runtime's threads take it (set as each starts); the store's threads keep the
-//! normal policy, so a read starts as soon as it is queued.
+//! Only the runtime's threads take it (set as each starts); the store's threads set the normal
+//! policy as they start ([`normal_policy`]; a thread inherits its creator's, and a store thread
+//! may be started from a runtime thread), so a read starts as soon as it is queued.
 //!
 //! A child inherits its parent thread's policy, so every process the provider module starts
-//! gets the normal policy back before it executes ([`normal_policy_in_child`]): an agent runs
+//! gets the normal policy back before it executes ([`normal_policy`]): an agent runs
 //! as it would have from the operator's shell.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,9 +33,9 @@ pub fn batch_this_thread() {
     }
 }
 
-/// The normal policy for the calling thread; async-signal-safe (one system call), for a
-/// `pre_exec` hook between fork and exec.
-pub fn normal_policy_in_child() -> std::io::Result<()> {
+/// The normal policy for the calling thread: a store thread as it starts, or a child in a
+/// `pre_exec` hook between fork and exec (async-signal-safe: one system call).
+pub fn normal_policy() -> std::io::Result<()> {
     set_policy(libc::SCHED_OTHER)
 }
 
@@ -52,7 +53,7 @@ fn set_policy(policy: libc::c_int) -> std::io::Result<()> {
 /// The calling thread's policy (`SCHED_OTHER`, `SCHED_BATCH`, …), for the tests.
 #[cfg(test)]
 #[allow(unsafe_code)]
-fn policy() -> libc::c_int {
+pub(crate) fn policy() -> libc::c_int {
     // SAFETY: no arguments but the calling thread's pid 0.
     unsafe { libc::sched_getscheduler(0) }
 }
@@ -67,7 +68,7 @@ mod tests {
             assert_eq!(policy(), libc::SCHED_OTHER);
             batch_this_thread();
             assert_eq!(policy(), libc::SCHED_BATCH);
-            normal_policy_in_child().expect("back to the normal policy");
+            normal_policy().expect("back to the normal policy");
             assert_eq!(policy(), libc::SCHED_OTHER);
         })
         .join()

@@ -17,14 +17,12 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::io::{ReadHalf, WriteHalf};
+use tokio::io::{AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
 use tokio::net::UnixStream;
-
-use crate::quiet::QuietStream;
 
 use crate::envelope::{RawResponse, Request, Response};
 use crate::framing::{Line, read_line};
+use crate::quiet::QuietStream;
 use crate::{MAX_LINE_BYTES, codes};
 
 /// Why a call did not produce a result.

@@ -286,7 +286,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         cmd.env(MARKER_VAR, &spec.task_id);
     }
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
-    normal_policy_on_exec(&mut cmd);
+    normal_policy_on_exec(cmd.as_std_mut());
     let info = match &wrap {
         Some(_) => Some(info_pipe(&mut cmd)?),
         None => None,
@@ -376,10 +376,10 @@ fn pin_namespace(pid: i32, pid_ns: u64) -> Option<std::fs::File> {
 /// The child gets the normal scheduling policy back before it executes: it would inherit the
 /// batch policy of the async thread that started it (`crate::sched`).
 #[allow(unsafe_code)]
-fn normal_policy_on_exec(cmd: &mut Command) {
+fn normal_policy_on_exec(cmd: &mut std::process::Command) {
     // SAFETY: the hook makes one system call (sched_setscheduler), async-signal-safe.
     unsafe {
-        cmd.pre_exec(crate::sched::normal_policy_in_child);
+        std::os::unix::process::CommandExt::pre_exec(cmd, crate::sched::normal_policy);
     }
 }
 
@@ -427,11 +427,7 @@ async fn read_info(read: std::os::fd::OwnedFd) -> Option<super::sandbox::Sandbox
 /// stderr, or the timeout). Blocking; for start-up checks only (never a task).
 pub fn run_bounded(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
     let mut command = std::process::Command::new(program);
-    // SAFETY: as in `normal_policy_on_exec`: one async-signal-safe system call.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, crate::sched::normal_policy_in_child);
-    }
+    normal_policy_on_exec(&mut command);
     let mut child = command
         .args(args)
         .stdin(Stdio::null())

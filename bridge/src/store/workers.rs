@@ -85,7 +85,13 @@ impl Workers {
                 let n = state.threads;
                 drop(state);
                 let workers = Arc::clone(self);
-                let started = std::thread::Builder::new().name(format!("store-{n}")).spawn(move || workers.run());
+                let started = std::thread::Builder::new().name(format!("store-{n}")).spawn(move || {
+                    // Not the batch policy of a runtime thread that may have started this one.
+                    if let Err(e) = crate::sched::normal_policy() {
+                        tracing::warn!(cause = %e, "a store thread cannot take the normal scheduling policy");
+                    }
+                    workers.run()
+                });
                 if let Err(e) = started {
                     // The job stays queued for the threads there are; with none at all, its
                     // caller sees a closed channel (a worker failure).
@@ -215,6 +221,24 @@ mod tests {
         // The second call runs on another thread while the first is still blocked.
         rx.recv_timeout(Duration::from_secs(10)).expect("the second call ran");
         drop(held);
+        workers.close();
+    }
+
+    /// A store thread started by a runtime thread (batch policy) runs under the normal one.
+    #[test]
+    fn a_store_thread_runs_under_the_normal_policy_whoever_started_it() {
+        let workers = Arc::new(Workers::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let starter = Arc::clone(&workers);
+        std::thread::spawn(move || {
+            crate::sched::batch_this_thread();
+            assert_eq!(crate::sched::policy(), nix::libc::SCHED_BATCH, "the starter runs batch");
+            starter.submit(job(move || tx.send(crate::sched::policy()).unwrap()));
+        })
+        .join()
+        .unwrap();
+        let policy = rx.recv_timeout(Duration::from_secs(10)).expect("the call ran");
+        assert_eq!(policy, nix::libc::SCHED_OTHER);
         workers.close();
     }
 
