@@ -98,6 +98,7 @@ pub async fn run(
                 "tasks": tasks,
                 "server_cpu": setup.server_cpu,
                 "load_cpu": setup.load_cpu,
+                "keep_cpus_awake": setup.spinners.is_some(),
             },
             "targets": medians.iter().map(|f| (f.target.clone(), f.json())).collect::<serde_json::Map<_, _>>(),
             "ratios": ratios.1,

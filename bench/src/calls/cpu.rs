@@ -136,7 +136,12 @@ pub fn busy_ticks(cpu: usize) -> anyhow::Result<u64> {
     Ok(ticks.iter().take(8).sum::<u64>() - idle - iowait)
 }
 
-/// What a window's CPU readings need: the tick and the two CPUs.
+/// The CPU time of the spinner `pid`, in ticks (none: 0).
+fn spinner_ticks(pid: Option<u32>) -> anyhow::Result<u64> {
+    pid.map_or(Ok(0), |pid| process_ticks(pid).with_context(|| format!("the spinner (pid {pid})")))
+}
+
+/// What a window's CPU readings need: the tick, the two CPUs and the spinners on them.
 #[derive(Debug, Clone, Copy)]
 pub struct Meter {
     /// Clock ticks per second.
@@ -145,9 +150,13 @@ pub struct Meter {
     pub server_cpu: usize,
     /// The load generator's CPU.
     pub load_cpu: usize,
+    /// The `--keep-cpus-awake` spinners' pids on the server and the load CPU: their time is
+    /// not counted in the CPUs' busy times.
+    pub spinners: [Option<u32>; 2],
 }
 
-/// CPU readings at one instant: each server process's time, and both CPUs' busy time.
+/// CPU readings at one instant: each server process's time, and both CPUs' busy time (less
+/// the spinners').
 #[derive(Debug, Clone)]
 pub struct Reading {
     procs: Vec<u64>,
@@ -176,7 +185,12 @@ impl Meter {
                 .collect::<anyhow::Result<_>>()?,
             None => vec![this_thread_ticks()?],
         };
-        Ok(Reading { procs, server_cpu: busy_ticks(self.server_cpu)?, load_cpu: busy_ticks(self.load_cpu)? })
+        let [on_server, on_load] = self.spinners;
+        Ok(Reading {
+            procs,
+            server_cpu: busy_ticks(self.server_cpu)?.saturating_sub(spinner_ticks(on_server)?),
+            load_cpu: busy_ticks(self.load_cpu)?.saturating_sub(spinner_ticks(on_load)?),
+        })
     }
 
     /// The CPU time used from `before` to `after`.
@@ -220,5 +234,34 @@ mod tests {
         assert!(this_thread_ticks().is_ok());
         assert!(busy_ticks(0).expect("cpu0") > 0);
         assert!(clock_tick().expect("tick") >= 100);
+    }
+
+    #[test]
+    fn a_spinners_time_is_left_out_of_its_cpus_busy_time() {
+        // This test's thread plays the spinner: pinned to one CPU, it spins there, and the
+        // meter that names this process as that CPU's spinner counts less busy time.
+        let cpu = allowed_cpus().expect("cpus")[0];
+        let me = std::process::id();
+        std::thread::spawn(move || {
+            pin_this_thread(cpu).expect("pin");
+            let tick = clock_tick().expect("tick");
+            let plain = Meter { tick, server_cpu: cpu, load_cpu: cpu, spinners: [None, None] };
+            let minus_me = Meter { spinners: [Some(me), Some(me)], ..plain };
+            let (a, b) = (plain.read(None).expect("read"), minus_me.read(None).expect("read"));
+            let spin = std::time::Instant::now();
+            while spin.elapsed() < std::time::Duration::from_millis(200) {
+                std::hint::black_box(spin.elapsed());
+            }
+            let (a2, b2) = (plain.read(None).expect("read"), minus_me.read(None).expect("read"));
+            let (all, others) = (plain.used(&a, &a2), minus_me.used(&b, &b2));
+            assert!(all.server_cpu >= std::time::Duration::from_millis(100), "200 ms of spinning: {all:?}");
+            // This process spun for most of those 200 ms on that CPU: at least 50 ms of it is
+            // taken out (its other threads, elsewhere, only take out more).
+            let left_out = all.server_cpu.saturating_sub(others.server_cpu);
+            assert!(left_out >= std::time::Duration::from_millis(50), "left out {left_out:?}: {others:?} of {all:?}");
+            assert!(all.load_cpu.saturating_sub(others.load_cpu) >= std::time::Duration::from_millis(50));
+        })
+        .join()
+        .expect("the spinning thread");
     }
 }

@@ -14,6 +14,7 @@
 )]
 
 mod answers;
+mod awake;
 #[path = "../bins.rs"]
 mod bins;
 mod compare;
@@ -69,6 +70,12 @@ enum Mode {
     ServeUdsFloor {
         #[arg(long)]
         socket: PathBuf,
+    },
+    /// A `--keep-cpus-awake` spinner (started by `calls` itself).
+    #[command(hide = true)]
+    Spin {
+        #[arg(long)]
+        cpu: usize,
     },
 }
 
@@ -143,6 +150,11 @@ struct RunArgs {
     /// Also write the medians as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// A diagnostic of the machine, not the issue's layout: keep both CPUs from ever going idle
+    /// with a spinner on each under SCHED_IDLE (it runs only when nothing else wants the CPU),
+    /// so no call waits for an idle CPU to wake; compare with a run without it.
+    #[arg(long)]
+    keep_cpus_awake: bool,
 }
 
 /// What every mode needs: the CPUs, the clock tick, the binaries and the interpreter.
@@ -155,6 +167,8 @@ pub struct Setup {
     pub tick: u64,
     /// The reference's interpreter.
     pub python: PathBuf,
+    /// The `--keep-cpus-awake` spinners, if asked for.
+    pub spinners: Option<awake::Spinners>,
     args: SetupArgs,
 }
 
@@ -165,13 +179,20 @@ impl Setup {
             load_cpu: args.load_cpu,
             tick: cpu::clock_tick()?,
             python: python.unwrap_or_else(servers::default_python),
+            spinners: None,
             args: args.clone(),
         })
     }
 
     /// What a window's CPU readings need.
     pub fn meter(&self) -> cpu::Meter {
-        cpu::Meter { tick: self.tick, server_cpu: self.server_cpu, load_cpu: self.load_cpu }
+        let on = |cpu| self.spinners.as_ref().and_then(|s| s.pid_on(cpu));
+        cpu::Meter {
+            tick: self.tick,
+            server_cpu: self.server_cpu,
+            load_cpu: self.load_cpu,
+            spinners: [on(self.server_cpu), on(self.load_cpu)],
+        }
     }
 
     /// The binaries under test, located and checked.
@@ -219,6 +240,7 @@ fn main() -> ExitCode {
     let outcome = match cli.mode {
         Some(Mode::ServeHttpFloor { listen }) => floors::serve_http_floor(listen).map(|()| true),
         Some(Mode::ServeUdsFloor { socket }) => floors::serve_uds_floor(&socket).map(|()| true),
+        Some(Mode::Spin { cpu }) => awake::spin(cpu).map(|()| true),
         mode => {
             // One thread: it spawns the servers while pinned to their CPU, then drives the load
             // pinned to its own.
@@ -245,7 +267,17 @@ fn main() -> ExitCode {
 }
 
 async fn compare_main(args: RunArgs) -> anyhow::Result<bool> {
-    let setup = Setup::new(&args.setup, args.python.clone())?;
+    let mut setup = Setup::new(&args.setup, args.python.clone())?;
+    if args.keep_cpus_awake {
+        cpu::check_layout(setup.server_cpu, setup.load_cpu)?;
+        setup.spinners = Some(awake::Spinners::start(&[setup.server_cpu, setup.load_cpu])?);
+        say(&format!(
+            "!!! a diagnostic run (--keep-cpus-awake): a SCHED_IDLE spinner on CPU {} and on CPU {} keeps them from \
+             going idle, so no call waits for an idle CPU to wake. This is not the issue's layout and its ratios are \
+             not the targets'; the spinners' time is left out of the busy figures !!!",
+            setup.server_cpu, setup.load_cpu
+        ));
+    }
     let before = args.setup.before_bridge_bin.is_some();
     let mut targets: Vec<Target> =
         Target::ALL.into_iter().filter(|t| args.targets.contains(t) || (before && *t == Target::Before)).collect();
