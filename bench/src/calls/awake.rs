@@ -36,8 +36,8 @@ pub fn spin(cpu: usize) -> anyhow::Result<()> {
 #[allow(unsafe_code)]
 fn idle_policy() -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid sched_param for the call's duration; pid 0 is this process's
-    // only thread; nothing else is read or written.
+    // SAFETY: `param` is a valid sched_param for the call's duration; pid 0 is the calling
+    // thread (the spinner's only one); nothing else is read or written.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
