@@ -95,10 +95,9 @@ fn ready(cpu: usize, child: &mut Child) -> anyhow::Result<()> {
     }
 }
 
-/// The scheduling policy in a `/proc/…/stat` text: field 41, counted after the name (which may
-/// hold spaces and parentheses) ends at the last `)`.
+/// The scheduling policy in a `/proc/…/stat` text (field 41).
 fn policy(stat: &str) -> Option<&str> {
-    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(41 - 3))
+    cpu::stat_field(stat, 41)
 }
 
 impl Drop for Spinners {

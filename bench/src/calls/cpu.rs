@@ -101,14 +101,17 @@ pub fn clock_tick() -> anyhow::Result<u64> {
 /// ended ones included; a thread: itself).
 fn stat_ticks(path: &Path) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    // The command name (field 2) may hold spaces and parentheses: count from the last `)`.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).with_context(|| format!("a malformed {}", path.display()))?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state): utime is field 14, stime field 15.
+    // utime is field 14, stime field 15.
     let field = |n: usize| -> anyhow::Result<u64> {
-        fields.get(n - 3).and_then(|f| f.parse().ok()).with_context(|| format!("field {n} of {}", path.display()))
+        stat_field(&stat, n).and_then(|f| f.parse().ok()).with_context(|| format!("field {n} of {}", path.display()))
     };
     Ok(field(14)? + field(15)?)
+}
+
+/// Field `n` (counted from 1, as in proc(5)) of a `/proc/…/stat` text. The command name
+/// (field 2) may hold spaces and parentheses, so fields 3 on are counted from its last `)`.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(n.checked_sub(3)?))
 }
 
 /// The CPU time process `pid` has used, in ticks (all threads).
