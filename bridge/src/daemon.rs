@@ -56,6 +56,12 @@ pub fn prepare(config: BridgeConfig) -> anyhow::Result<Prelude> {
             "agent-bridge refuses to run as root: run it as the operator's own user (or set SERVERFS_AGENT_ALLOW_ROOT=true in a throwaway container)"
         );
     }
+    #[cfg(debug_assertions)]
+    if let Some(hook) = crate::config::test_spawn_hook() {
+        let (kind, hook) = hook.map_err(anyhow::Error::msg).context("AGENT_BRIDGE_TEST_SPAWN")?;
+        tracing::warn!(kind = kind.as_str(), ?hook, "a test hook changes how children of this kind start");
+        crate::provider::tether::set_test_hook(kind, hook);
+    }
     crate::provider::process::close_inherited_fds_on_exec();
     // Early, while descriptor numbers are low: the soft RLIMIT_NOFILE goes to the hard limit.
     let descriptors = server::Descriptors::prepare();
@@ -110,6 +116,9 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
             .context("the sandbox check did not finish")?
             .map_err(anyhow::Error::msg)
             .context("SERVERFS_AGENT_SANDBOX")?;
+    // Whichever way `run` ends (an error, a panic unwinding), nothing stays in its task cgroups.
+    // (Dropped before the instance lock: a next bridge's groups live in the same directory.)
+    let exit_sweep = ExitSweep(containment.cgroups().cloned());
     if containment.contained() {
         tracing::info!(sandbox = %containment.operator_json(), "tasks run in the bubblewrap sandbox");
     } else if config.sandbox.mode == crate::config::SandboxMode::Required {
@@ -261,9 +270,26 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     shutdown.cancel();
     background.close();
     background.wait().await;
+    drop(exit_sweep);
     drop(instance);
     tracing::info!("agent-bridge stopped");
     Ok(())
+}
+
+/// Kills whatever is left in the bridge's task cgroups when dropped: the last thing `run`
+/// does, on every way out (the orderly one has stopped every task by then, so it finds
+/// nothing). A `SIGKILL` gives no way out: the next start's reconciliation does it then.
+struct ExitSweep(Option<crate::provider::cgroup::Cgroups>);
+
+impl Drop for ExitSweep {
+    fn drop(&mut self) {
+        if let Some(cgroups) = &self.0 {
+            let killed = cgroups.kill_all();
+            if !killed.is_empty() {
+                tracing::warn!(tasks = ?killed, "killed what was left in task cgroups on the way out");
+            }
+        }
+    }
 }
 
 /// Starts the board on its Unix socket (`SERVERFS_BOARD_SOCKET`) or its loopback address;

@@ -1,7 +1,13 @@
 //! `kill -9` of the bridge at random points of a submission, hundreds of times over one
 //! state directory, each followed by a restart and a retry with the same idempotency key:
-//! never two tasks for a key, never a stranded lease, never a guard without its task, and the
-//! database stays intact.
+//! never two tasks for a key, never a stranded lease, never a guard without its task, the
+//! database stays intact — and (issue 33) nothing a killed bridge was starting outlives it: in
+//! the sandbox, every restart finds the workdir open and no sandbox left.
+//!
+//! `CRASHLOOP_ITERATIONS` (default 100) and `CRASHLOOP_SEED` (default: the clock, printed)
+//! replay a run. Every fifth iteration aims the kill inside a change-set snapshot's start (the
+//! debug build's test hook holds the snapshot's child between fork and exec); the others land
+//! up to 3, 20 or 80 ms after the request was written.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,20 +20,23 @@ use bridge_proto::envelope::Request;
 use bridge_proto::methods::{self, CallParams, Surface};
 use e2e::{TestBridge, marker_pids, poll_until, poll_until_async};
 
-const ITERATIONS: u32 = 400;
-/// The kill lands up to this long (uniformly, in microseconds) after the request was written.
-const MAX_DELAY_US: u64 = 20_000;
-/// Every other iteration aims at the first milliseconds, where the request is read, checked
-/// and inserted (a submission commits about 1–3 ms after it is written).
-const EARLY_DELAY_US: u64 = 3_000;
+/// The windows (µs) the kill lands in after the request was written, in turn: the first
+/// milliseconds (the request read, checked and inserted: a submission commits about 1–3 ms
+/// after it is written), the runner's start, and the provider's run.
+const WINDOWS_US: [u64; 3] = [3_000, 20_000, 80_000];
 
-/// SplitMix64: a small deterministic generator, seeded per iteration, so a failing iteration
-/// can be replayed with the same delay.
+/// SplitMix64: a small deterministic generator, so a failing iteration can be replayed with
+/// the same seed.
 fn splitmix64(seed: u64) -> u64 {
     let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    let text = std::env::var(name).ok()?;
+    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text:?} is not a number")))
 }
 
 fn arguments(prompt: &str, key: &str) -> Value {
@@ -68,32 +77,67 @@ fn guard_task(b: &TestBridge) -> Option<String> {
     b.db().query_row("SELECT task_id FROM recovery_guards", [], |r| r.get(0)).optional().expect("guard")
 }
 
+/// Where an iteration's kill lands.
+#[derive(Debug, Clone, Copy)]
+enum Aim {
+    /// Up to this many µs after the request was written.
+    Within(u64),
+    /// Inside the start of a snapshot (`snapshot-baseline` or `snapshot-end`), on purpose.
+    Snapshot(&'static str),
+}
+
 #[tokio::test]
-async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts() {
+async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_leaves_a_sandbox() {
+    let iterations = env_number("CRASHLOOP_ITERATIONS").unwrap_or(100) as u32;
+    let seed = env_number("CRASHLOOP_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    });
+    e2e::measured(format_args!("crash loop: CRASHLOOP_SEED={seed} CRASHLOOP_ITERATIONS={iterations}"));
+    let contained = crate::containment::sandbox_available();
     let started = Instant::now();
     let mut b = TestBridge::start().await;
     let mut outcomes: BTreeMap<String, u32> = BTreeMap::new();
-    let mut lazy_clears = 0;
-    let mut half_spawned = 0;
-    for i in 0..ITERATIONS {
+    let (mut lazy_clears, mut half_spawned, mut aimed) = (0, 0, 0);
+    for i in 0..iterations {
+        let at = format!("iteration {i} (CRASHLOOP_SEED={seed})");
         let key = format!("crash-loop-{i}");
+        let random = splitmix64(seed ^ u64::from(i));
+        let aim = match i % 5 {
+            4 if i % 10 == 4 => Aim::Snapshot("snapshot-baseline"),
+            4 => Aim::Snapshot("snapshot-end"),
+            n => Aim::Within(random % WINDOWS_US[n as usize % 3]),
+        };
         // Mostly instant tasks (the kill lands before, during or after the whole run), and
         // every fourth a provider that is still running when the kill lands.
         let prompt = if i % 4 == 3 { "wait:1".to_owned() } else { format!("complete:iteration {i}") };
-        let window = if i % 2 == 0 { MAX_DELAY_US } else { EARLY_DELAY_US };
-        let delay = Duration::from_micros(splitmix64(u64::from(i)) % window);
 
-        let stream = send_submit(&b, &prompt, &key).await;
-        tokio::time::sleep(delay).await;
-        b.crash().await;
+        let stream = match aim {
+            Aim::Within(us) => {
+                let stream = send_submit(&b, &prompt, &key).await;
+                tokio::time::sleep(Duration::from_micros(us)).await;
+                b.crash().await;
+                stream
+            }
+            Aim::Snapshot(kind) => {
+                // A bridge whose snapshots of that kind are held before they execute.
+                let _ = b.stop().await;
+                b.set_var("AGENT_BRIDGE_TEST_SPAWN", &format!("{kind}:pause={}", crate::leftovers::PAUSE_MS));
+                b.spawn().await;
+                let stream = send_submit(&b, &prompt, &key).await;
+                crate::leftovers::kill_between_spawn_and_exec(&mut b).await;
+                b.set_var("AGENT_BRIDGE_TEST_SPAWN", "agent:pause=0");
+                aimed += 1;
+                stream
+            }
+        };
         drop(stream);
         let committed = tasks_for_key(&b, &key);
-        assert!(committed.len() <= 1, "iteration {i}: {committed:?}");
-        assert_eq!(guards_without_task(&b), 0, "iteration {i}: a guard without its task after the crash");
+        assert!(committed.len() <= 1, "{at}: {committed:?}");
+        assert_eq!(guards_without_task(&b), 0, "{at}: a guard without its task after the crash");
 
         // A provider being spawned when the kill landed is a fork of the bridge that still
-        // holds the instance lock until it execs: a restart in that window is refused
-        // ("another agent-bridge already runs"). Wait for it, and count how often it happens.
+        // holds the instance lock until it execs or exits: a restart in that window is
+        // refused ("another agent-bridge already runs"). Wait for it, and count how often.
         if !b.instance_lock_is_free() {
             half_spawned += 1;
             poll_until("the instance lock is released", Duration::from_secs(10), || b.instance_lock_is_free()).await;
@@ -102,14 +146,14 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
         let retry = b
             .call("submit_agent_task", arguments(&prompt, &key))
             .await
-            .unwrap_or_else(|e| panic!("iteration {i}: the retry was refused: {e}\n{}", b.log()));
+            .unwrap_or_else(|e| panic!("{at}: the retry was refused: {e}\n{}", b.log()));
         let id = retry["task_id"].as_str().expect("task_id").to_owned();
         let replay = retry["idempotent_replay"] == true;
-        assert_eq!(replay, !committed.is_empty(), "iteration {i}: a committed task is replayed, never redone");
+        assert_eq!(replay, !committed.is_empty(), "{at}: a committed task is replayed, never redone");
         if let Some(first) = committed.first() {
-            assert_eq!(&id, first, "iteration {i}: the retry returns the committed task");
+            assert_eq!(&id, first, "{at}: the retry returns the committed task");
         }
-        assert_eq!(tasks_for_key(&b, &key), vec![id.clone()], "iteration {i}: one task per key");
+        assert_eq!(tasks_for_key(&b, &key), vec![id.clone()], "{at}: one task per key");
         let t = b.wait_terminal(&id).await;
         let outcome = format!(
             "{}{}{}",
@@ -120,23 +164,27 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
         assert!(
             ["replayed succeeded", "replayed interrupted/BRIDGE_RESTARTED", "new succeeded"]
                 .contains(&outcome.as_str()),
-            "iteration {i}: unexpected outcome {outcome}: {t:#}"
+            "{at}: unexpected outcome {outcome}: {t:#}"
         );
         *outcomes.entry(outcome).or_default() += 1;
 
         // The lease is never stranded: free once the task is terminal (its runner released it
         // before publishing the state, or no runner of this bridge ever held it).
-        poll_until(&format!("iteration {i}: the lease is released"), Duration::from_secs(10), || b.lease_is_free(1))
-            .await;
-        assert_eq!(guards_without_task(&b), 0, "iteration {i}: a guard without its task");
-        // A guard that stays must be explained: it is this task's, kept at startup because the
-        // crashed bridge's provider had not exited yet. The next writer re-checks the proof
-        // and clears it (the provider is gone by now), or finds it still running.
+        poll_until(&format!("{at}: the lease is released"), Duration::from_secs(10), || b.lease_is_free(1)).await;
+        assert_eq!(guards_without_task(&b), 0, "{at}: a guard without its task");
+        if contained {
+            // The start stopped whatever the killed bridge was starting, and proved it.
+            assert_eq!(guard_task(&b), None, "{at}: the workdir stayed closed after the restart:\n{}", b.log());
+            let left = b.sandboxes_left();
+            assert!(left.is_empty(), "{at}: sandboxes outlived the kill (now killed): {left:#?}\n{}", b.log());
+            continue;
+        }
+        // Without the sandbox, a guard that stays must be explained: it is this task's, kept
+        // at startup because the crashed bridge's provider had not exited yet. The next writer
+        // re-checks the proof and clears it (the provider is gone by now).
         if let Some(guarded) = guard_task(&b) {
-            assert_eq!(guarded, id, "iteration {i}: the guard names another task");
-            assert_eq!(t["status"], "interrupted", "iteration {i}: a finished runner left its guard:\n{}", b.log());
-            // Every process of it: the marked agent, and (in the task sandbox) the unmarked
-            // bwrap pair that the guard's proof names too.
+            assert_eq!(guarded, id, "{at}: the guard names another task");
+            assert_eq!(t["status"], "interrupted", "{at}: a finished runner left its guard:\n{}", b.log());
             poll_until_async("the crashed bridge's provider exits", Duration::from_secs(10), || async {
                 let status = b.call("admin_workdir_status", json!({})).await.expect("workdir status");
                 let repo = status["workdirs"].as_array().and_then(|w| w.iter().find(|w| w["alias"] == "repo").cloned());
@@ -160,22 +208,27 @@ async fn kill_9_at_random_points_of_submit_never_duplicates_strands_or_corrupts(
     assert_eq!(fk_problems, 0);
     assert_eq!(
         b.db_count("SELECT COUNT(DISTINCT idempotency_key) FROM tasks WHERE idempotency_key LIKE 'crash-loop-%'"),
-        i64::from(ITERATIONS)
+        i64::from(iterations)
     );
     assert_eq!(
         b.db_count("SELECT COUNT(*) FROM tasks WHERE idempotency_key LIKE 'crash-loop-%'"),
-        i64::from(ITERATIONS)
+        i64::from(iterations)
     );
     assert_eq!(b.guard_count(), 0);
     assert_eq!(guards_without_task(&b), 0);
     assert!(b.fake_turns() as i64 <= b.task_count(), "a provider turn per task at most");
+    let stops = b.db_count("SELECT COUNT(*) FROM audit_log WHERE capability = 'reconcile_sandbox' AND outcome = 'ok'");
+    let failed =
+        b.db_count("SELECT COUNT(*) FROM audit_log WHERE capability = 'reconcile_sandbox' AND outcome != 'ok'");
+    assert_eq!(failed, 0, "a leftover sandbox could not be stopped");
     let mut summary = Map::new();
     for (k, v) in &outcomes {
         summary.insert(k.clone(), json!(v));
     }
     e2e::measured(format_args!(
-        "crash loop: {ITERATIONS} iterations in {:?}; outcomes {}; guards cleared lazily {lazy_clears}; \
-         restarts delayed by a half-spawned provider {half_spawned}",
+        "crash loop (CRASHLOOP_SEED={seed}): {iterations} iterations ({aimed} aimed inside a snapshot's start) in {:?}; \
+         outcomes {}; leftover sandboxes stopped at a restart {stops}; guards cleared lazily {lazy_clears}; \
+         restarts delayed by a half-spawned child {half_spawned}",
         started.elapsed(),
         Value::Object(summary)
     ));

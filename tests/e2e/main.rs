@@ -24,6 +24,7 @@ mod hardening;
 mod http_bounds;
 mod idempotency;
 mod idle;
+mod leftovers;
 mod lifecycle;
 mod mcp_tasks;
 mod notify;

@@ -257,12 +257,28 @@ impl TestBridge {
         Command::new(&self.bin).args(args).arg("--env-file").arg(&self.env_file).output().expect("run the CLI")
     }
 
-    /// Stops the bridge with SIGTERM and waits for it.
+    /// Stops the bridge with SIGTERM and waits for it; then no sandbox of it may be left
+    /// (see [`TestBridge::sandboxes_left`]).
     pub async fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("the bridge is running");
         let _ =
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        tokio::task::spawn_blocking(move || child.wait().expect("wait for the bridge")).await.expect("join")
+        let status =
+            tokio::task::spawn_blocking(move || child.wait().expect("wait for the bridge")).await.expect("join");
+        let left = tokio::task::spawn_blocking({
+            let root = self.root();
+            move || sandboxes_left(&root)
+        })
+        .await
+        .expect("join");
+        assert!(left.is_empty(), "sandboxes of this bridge outlived its orderly stop (now killed): {left:#?}");
+        status
+    }
+
+    /// The bwrap processes of this bridge's sandboxes that are still there once they had a
+    /// moment (5 s) to go; those found are killed, so that no test leaves one to the next.
+    pub fn sandboxes_left(&self) -> Vec<(i32, String)> {
+        sandboxes_left(&self.root())
     }
 
     /// Kills the bridge with SIGKILL (a crash) and waits for it.
@@ -274,10 +290,38 @@ impl TestBridge {
 }
 
 impl Drop for TestBridge {
+    /// Stops the bridge in order (SIGTERM, then SIGKILL after 30 s), then fails the test when
+    /// a sandbox of it is left (issue 33: each one lived until the machine rebooted).
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
+        let Ok(root) = self.dir.path().canonicalize() else { return };
+        let left = sandboxes_left(&root);
+        if !left.is_empty() && !std::thread::panicking() {
+            panic!("sandboxes of this test bridge outlived it (now killed): {left:#?}\n{}", self.log());
+        }
     }
+}
+
+/// The bwrap processes of the bridge living under `root` still there after up to 5 s; those
+/// found are killed.
+fn sandboxes_left(root: &Path) -> Vec<(i32, String)> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut left = crate::procs::sandboxes_under(root);
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        left = crate::procs::sandboxes_under(root);
+    }
+    for (pid, _) in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    left
 }

@@ -175,3 +175,29 @@ pub fn zombie_children(parent: i32) -> Vec<i32> {
         .filter(|&pid| state_and_parent(pid).is_some_and(|(state, ppid)| state == "Z" && ppid == parent))
         .collect()
 }
+
+/// Live (not zombie) `bwrap` processes whose command line names a path under `root`: the
+/// sandboxes of the test bridge that lives there (their private `/tmp` is under its state
+/// directory). Each with its command line, for a failure to name.
+pub fn sandboxes_under(root: &std::path::Path) -> Vec<(i32, String)> {
+    let root = root.as_os_str().as_encoded_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let is_bwrap = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .and_then(|exe| exe.file_name().map(|n| n.to_string_lossy().starts_with("bwrap")))
+            .unwrap_or(false);
+        if !is_bwrap || state_and_parent(pid).is_none_or(|(state, _)| state == "Z") {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        if cmdline.windows(root.len()).any(|w| w == root) {
+            let shown: Vec<String> =
+                cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            found.push((pid, shown.join(" ").chars().take(300).collect()));
+        }
+    }
+    found
+}

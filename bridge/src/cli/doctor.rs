@@ -134,12 +134,27 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
             "git is not on PATH: writer tasks' change sets are not recorded (apt-get install git)",
         ),
     }
-    let workdirs = if live { runtime.block_on(status_from_bridge(&client)) } else { status_from_files(&config) };
-    let workdirs = match workdirs {
-        Ok(v) => v,
+    let status = if live { runtime.block_on(status_from_bridge(&client)) } else { status_from_files(&config) };
+    let (workdirs, sandboxes) = match status {
+        Ok(v) => {
+            let sandboxes = match live {
+                true => Ok(super::leftovers::from_status(&v)),
+                false => super::leftovers::from_files(&config),
+            };
+            (v["workdirs"].clone(), sandboxes)
+        }
+        Err(e) => (Value::Array(Vec::new()), Err(e)),
+    };
+    let sandboxes = match sandboxes {
+        Ok(account) => {
+            for (name, level, detail) in super::leftovers::checks(&account, live) {
+                check(&mut checks, name, level, detail);
+            }
+            json!({ "leftovers": account.leftovers, "reconciled": account.reconciled })
+        }
         Err(e) => {
             check(&mut checks, "workdirs", "fail", e);
-            Value::Array(Vec::new())
+            Value::Null
         }
     };
     for w in workdirs.as_array().into_iter().flatten() {
@@ -158,7 +173,13 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
     if target.json {
         let checks: Vec<Value> =
             checks.iter().map(|c| json!({ "check": c.name, "level": c.level, "detail": c.detail })).collect();
-        let report = json!({ "healthy": healthy, "checks": checks, "workdirs": workdirs, "containment": containment });
+        let report = json!({
+            "healthy": healthy,
+            "checks": checks,
+            "workdirs": workdirs,
+            "containment": containment,
+            "sandboxes": sandboxes,
+        });
         output::json(&report);
     } else {
         let mut lines: Vec<String> =
@@ -213,7 +234,7 @@ async fn local_call(client: &Client, name: &str, arguments: Map<String, Value>) 
 }
 
 async fn status_from_bridge(client: &Client) -> Result<Value, String> {
-    Ok(local_call(client, "admin_workdir_status", Map::new()).await?["workdirs"].clone())
+    local_call(client, "admin_workdir_status", Map::new()).await
 }
 
 /// A target that failed since its last delivery: (slot, failing since, pending rows, for an hour).
@@ -301,13 +322,12 @@ fn notify_check(
 /// crashed bridge's providers may still run).
 fn status_from_files(config: &BridgeConfig) -> Result<Value, String> {
     if !config.state_dir.join(crate::store::DB_FILE).exists() {
-        return Ok(Value::Array(
-            config.workdirs.iter().map(|w| json!({ "alias": w.alias, "agent_mode": w.agent_mode.as_str(), "state": "free", "guard": null })).collect(),
-        ));
+        let free = |w: &crate::config::Workdir| json!({ "alias": w.alias, "agent_mode": w.agent_mode.as_str(), "state": "free", "guard": null });
+        return Ok(json!({ "workdirs": config.workdirs.iter().map(free).collect::<Vec<_>>() }));
     }
     let store = crate::store::Store::open_read_only(&config.state_dir).map_err(|e| e.to_string())?;
     let guards = store.list_guards().map_err(|e| e.to_string())?;
-    Ok(Value::Array(
+    Ok(json!({ "workdirs": Value::Array(
         config
             .workdirs
             .iter()
@@ -324,5 +344,5 @@ fn status_from_files(config: &BridgeConfig) -> Result<Value, String> {
                 json!({ "alias": w.alias, "agent_mode": w.agent_mode.as_str(), "state": state, "lease_holder": null, "guard": guard })
             })
             .collect(),
-    ))
+    ) }))
 }

@@ -12,6 +12,7 @@ mod audit;
 mod call;
 mod client;
 mod doctor;
+mod leftovers;
 mod notify;
 mod output;
 mod plans;

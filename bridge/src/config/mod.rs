@@ -428,6 +428,15 @@ pub fn default_socket_path() -> Result<PathBuf, env::Refusals> {
     env::from_pairs(&[], &context).map(|report| report.config.socket_path)
 }
 
+/// The spawn test hook, `AGENT_BRIDGE_TEST_SPAWN` (debug builds only; see
+/// `provider::tether`): `None` when unset, else the hook or why it is refused.
+#[cfg(debug_assertions)]
+pub fn test_spawn_hook()
+-> Option<Result<(crate::provider::tether::SpawnKind, crate::provider::tether::TestHook), String>> {
+    let text = std::env::var_os("AGENT_BRIDGE_TEST_SPAWN")?;
+    Some(text.to_str().ok_or_else(|| "not UTF-8".to_owned()).and_then(crate::provider::tether::parse_test_hook))
+}
+
 /// The bridge's own environment, captured once at start: a child's environment is decided
 /// from it (`provider::env`), and nothing else reads the environment outside this module.
 pub fn process_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {

@@ -30,9 +30,7 @@ impl Cgroups {
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let path = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
         let base = mount.join(path.trim_start_matches('/'));
-        use sha2::Digest;
-        let instance = crate::ids::hex(&sha2::Sha256::digest(state_dir.as_os_str().as_encoded_bytes())[..8]);
-        let root = base.join(TASKS_DIR).join(instance);
+        let root = base.join(TASKS_DIR).join(instance_name(state_dir));
         std::fs::create_dir_all(&root).ok()?;
         // A probe group proves the two things a task needs: creating a group, and moving a
         // process into it (write access to the common ancestor's cgroup.procs).
@@ -73,6 +71,28 @@ impl Cgroups {
         }
     }
 
+    /// The task groups of this bridge that still hold a process: (task id, group). Blocking.
+    pub fn populated_groups(&self) -> Vec<(String, PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()) && populated(&e.path()))
+            .filter_map(|e| Some((e.file_name().to_str()?.to_owned(), e.path())))
+            .filter(|(name, _)| crate::ids::looks_like(name, "agt_"))
+            .collect()
+    }
+
+    /// Kills whatever is left in this bridge's task groups (`cgroup.kill` on each; the
+    /// bridge's way out, when no task of it runs any more). Blocking, and quick: cgroupfs is
+    /// kernel memory. Returns the groups that held a process.
+    pub fn kill_all(&self) -> Vec<String> {
+        let groups = self.populated_groups();
+        for (_, dir) in &groups {
+            let _ = std::fs::write(dir.join("cgroup.kill"), b"1");
+        }
+        groups.into_iter().map(|(task, _)| task).collect()
+    }
+
     /// Removes this bridge's instance directory if no task group is left in it (an orderly
     /// stop). Blocking.
     pub fn remove_if_empty(&self) {
@@ -87,6 +107,21 @@ impl Cgroups {
         let rest = full.strip_prefix(&self.root).ok()?;
         rest.components().next().and_then(|c| c.as_os_str().to_str()).map(str::to_owned)
     }
+}
+
+/// The directory name of the bridge whose state lives in `state_dir` under
+/// `agent-bridge-tasks/` (a digest, so two bridges in one cgroup never share one).
+pub fn instance_name(state_dir: &Path) -> String {
+    use sha2::Digest;
+    crate::ids::hex(&sha2::Sha256::digest(state_dir.as_os_str().as_encoded_bytes())[..8])
+}
+
+/// Whether `dir`, a task cgroup recorded in a guard, is the group of `task_id` made by the
+/// bridge whose state lives in `state_dir`: `…/agent-bridge-tasks/<instance>/<task id>`.
+/// Only such a group is this bridge's to kill after a restart (wherever its cgroup is now).
+pub fn is_own_group(dir: &Path, state_dir: &Path, task_id: &str) -> bool {
+    let names: Vec<&str> = dir.components().rev().take(3).filter_map(|c| c.as_os_str().to_str()).collect();
+    dir.is_absolute() && names == [task_id, instance_name(state_dir).as_str(), TASKS_DIR]
 }
 
 /// Makes the child of `cmd` enter the group `dir` before it executes (it writes `0` to the
@@ -193,6 +228,17 @@ mod tests {
         assert_eq!(cg.task_of("/user.slice/agent-bridge.service"), None);
         assert_eq!(cg.task_of("/system.slice/other"), None);
         assert_eq!(cg.task_of(&format!("/user.slice/agent-bridge.service/{TASKS_DIR}/ffff/agt_9")), None);
+    }
+
+    #[test]
+    fn only_a_group_of_this_bridge_and_this_task_is_its_own() {
+        let state = Path::new("/home/op/.local/state/agent-bridge");
+        let own = Path::new("/sys/fs/cgroup/user.slice/u.service").join(TASKS_DIR).join(instance_name(state));
+        assert!(is_own_group(&own.join("agt_1"), state, "agt_1"));
+        assert!(!is_own_group(&own.join("agt_1"), state, "agt_2"), "another task's group");
+        assert!(!is_own_group(&own.join("agt_1"), Path::new("/other/state"), "agt_1"), "another bridge's");
+        assert!(!is_own_group(&own.join("agt_1/inner"), state, "agt_1"), "a group inside it is not the task's");
+        assert!(!is_own_group(Path::new("agent-bridge-tasks/x/agt_1"), state, "agt_1"));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use super::env::BaseEnv;
 use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
+use super::tether::SpawnKind;
 use super::{ProviderCommand, ProviderEvent, RuntimeInfo, Session, StartError, StartSpec, TurnOutcome};
 use crate::config::RuntimeName;
 use crate::error::code;
@@ -167,6 +168,7 @@ impl FakeRuntime {
             sandbox: Some(self.containment.clone()),
             // The session store lives in the state directory, which the sandbox hides.
             expose: vec![self.home.clone()],
+            kind: SpawnKind::Agent,
         })
         .await
         .map_err(|e| fail(format!("cannot start the fake runtime: {e}")))?;

@@ -27,6 +27,7 @@ pub mod events;
 pub mod fake;
 pub mod fake_agent;
 pub mod io;
+pub mod leftovers;
 #[cfg(test)]
 mod map_tests;
 pub mod peers;
@@ -35,6 +36,7 @@ pub mod process;
 pub mod procfs;
 pub mod sandbox;
 pub mod snapshot;
+pub mod tether;
 pub mod usage;
 
 use process::{ProofMaterial, StopProof, Supervised};

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 
 use super::process::{SpawnSpec, spawn};
+use super::tether::SpawnKind;
 
 /// How long a version probe may run.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,6 +113,7 @@ pub async fn output(
         task_id: marker,
         sandbox: None,
         expose: Vec::new(),
+        kind: SpawnKind::Probe,
     })
     .await
     .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;

@@ -27,6 +27,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use super::procfs::{is_zombie, namespace_pids, start_ticks, stat_fields};
 pub use super::procfs::{marker_pids, task_pids};
 use super::sandbox::INFO_FD;
+use super::tether::{SANDBOX_VAR, SpawnKind, TestHook, test_hook, tether};
 
 /// The environment variable that names a child's task.
 pub const MARKER_VAR: &str = "AGENT_BRIDGE_TASK";
@@ -49,6 +50,8 @@ pub struct SpawnSpec {
     /// Paths the child needs inside the sandbox beyond its cwd and program (see
     /// [`Containment::wrap`](super::sandbox::Containment::wrap)).
     pub expose: Vec<PathBuf>,
+    /// What the child is for (whether it dies with the bridge: [`SpawnKind::dies_with_bridge`]).
+    pub kind: SpawnKind,
 }
 
 /// A started child and its pipes.
@@ -266,15 +269,20 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         }
         None => (None, None),
     };
+    let untethered = test_hook(spec.kind) == Some(TestHook::Untethered);
     let mut cmd = match &wrap {
         // Inside the sandbox only the task's own processes carry the marker (bwrap's pair is
-        // the leader and the namespace's init, proven by pid and by namespace).
+        // the leader and the namespace's init, proven by pid and by namespace); bwrap's pair
+        // carries the sandbox variable instead, which bwrap unsets for the program.
         Some(w) => {
             let mut cmd = Command::new(&w.bwrap);
-            cmd.args(&w.args[..w.args.len() - 1])
+            let base = w.args[..w.args.len() - 1].iter().filter(|a| !untethered || *a != "--die-with-parent");
+            cmd.args(base)
                 .arg("--setenv")
                 .arg(MARKER_VAR)
                 .arg(&spec.task_id)
+                .arg("--unsetenv")
+                .arg(SANDBOX_VAR)
                 .arg("--")
                 .arg(&spec.program);
             cmd
@@ -282,10 +290,15 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         None => Command::new(&spec.program),
     };
     cmd.args(&spec.args).current_dir(&spec.cwd).env_clear().envs(spec.env.iter().map(|(k, v)| (k, v)));
-    if wrap.is_none() {
-        cmd.env(MARKER_VAR, &spec.task_id);
-    }
+    match &wrap {
+        Some(_) => cmd.env(SANDBOX_VAR, &spec.task_id),
+        None => cmd.env(MARKER_VAR, &spec.task_id),
+    };
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    // First of the child's hooks: nothing else runs in it before it is tied to the bridge.
+    if spec.kind.dies_with_bridge(wrap.is_some()) {
+        tether(cmd.as_std_mut(), spec.kind);
+    }
     normal_policy_on_exec(cmd.as_std_mut());
     let info = match &wrap {
         Some(_) => Some(info_pipe(&mut cmd)?),
@@ -342,7 +355,9 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
                     let mut why = String::new();
                     use tokio::io::AsyncReadExt;
                     let _ = tokio::time::timeout(Duration::from_secs(1), stderr.read_to_string(&mut why)).await;
-                    let _ = child.start_kill();
+                    // The whole group: a sandbox init that bwrap cloned and never released
+                    // is in it, blocked, and would never end by itself.
+                    let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
                     let _ = child.wait().await;
                     leaders().remove(&pid);
                     super::sandbox::remove_private_tmp(&w.private_tmp);
@@ -427,6 +442,8 @@ async fn read_info(read: std::os::fd::OwnedFd) -> Option<super::sandbox::Sandbox
 /// stderr, or the timeout). Blocking; for start-up checks only (never a task).
 pub fn run_bounded(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
     let mut command = std::process::Command::new(program);
+    // This thread waits for the child: the signal comes when the bridge dies, not before.
+    tether(&mut command, SpawnKind::Probe);
     normal_policy_on_exec(&mut command);
     let mut child = command
         .args(args)

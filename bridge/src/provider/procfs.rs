@@ -7,11 +7,13 @@
 use std::time::Duration;
 
 use super::process::MARKER_VAR;
+use super::tether::SANDBOX_VAR;
 
-/// Live processes of a task: those carrying its marker and, with `pid_ns`, those in its PID
-/// namespace. Blocking (reads `/proc`).
+/// Live processes of a task: those carrying its marker or its sandbox variable (bwrap's own
+/// processes, such as a sandbox's init bwrap never released) and, with `pid_ns`, those in its
+/// PID namespace. Blocking (reads `/proc`).
 pub fn task_pids(task_id: &str, pid_ns: Option<u64>) -> Vec<i32> {
-    let mut pids = marker_pids(task_id);
+    let mut pids = tagged_pids(&[&format!("{MARKER_VAR}={task_id}"), &format!("{SANDBOX_VAR}={task_id}")]);
     if let Some(ns) = pid_ns {
         pids.extend(namespace_pids(ns).into_iter().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
     }
@@ -40,7 +42,12 @@ pub fn pid_namespace(pid: i32) -> Option<u64> {
 /// Processes of other users cannot be read and are skipped: a provider runs as the bridge
 /// user, and so does everything it starts.
 pub fn marker_pids(task_id: &str) -> Vec<i32> {
-    let needle = format!("{MARKER_VAR}={task_id}");
+    tagged_pids(&[&format!("{MARKER_VAR}={task_id}")])
+}
+
+/// Pids of live (non-zombie) processes whose environment holds one of `needles` (whole
+/// `NAME=value` entries), in one pass over `/proc`.
+fn tagged_pids(needles: &[&str]) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     let own = std::process::id() as i32;
     let mut pids = Vec::new();
@@ -52,11 +59,45 @@ pub fn marker_pids(task_id: &str) -> Vec<i32> {
             continue;
         }
         let Some(environ) = read_environ(pid) else { continue };
-        if environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) && !is_zombie(pid) {
+        if environ.split(|&b| b == 0).any(|var| needles.iter().any(|n| var == n.as_bytes())) && !is_zombie(pid) {
             pids.push(pid);
         }
     }
     pids
+}
+
+/// Live (non-zombie) processes of the bridge's own user carrying [`SANDBOX_VAR`], bwrap's
+/// processes of a task sandbox: each with the task it names, in one pass over `/proc`. Runs
+/// as root too (a bridge allowed to), so the owner is checked, not implied by the read.
+pub fn sandbox_processes() -> Vec<(i32, String)> {
+    let prefix = format!("{SANDBOX_VAR}=");
+    let uid = nix::unistd::getuid().as_raw();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let own = std::process::id() as i32;
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if pid == own {
+            continue;
+        }
+        let Some(environ) = read_environ(pid) else { continue };
+        let Some(task) = environ.split(|&b| b == 0).find_map(|var| var.strip_prefix(prefix.as_bytes())) else {
+            continue;
+        };
+        if let Ok(task) = std::str::from_utf8(task)
+            && real_uid(pid) == Some(uid)
+            && !is_zombie(pid)
+        {
+            found.push((pid, task.to_owned()));
+        }
+    }
+    found
+}
+
+/// The real uid of `pid` (`Uid:` in `/proc/<pid>/status`, as this process's namespace sees it).
+pub fn real_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
 /// Reads a process's environment, or `None` if it cannot be read (gone, another user's).

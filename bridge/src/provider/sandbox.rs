@@ -49,6 +49,8 @@ struct Inner {
     /// Where task cgroups are made, when cgroup v2 is delegated to the bridge (not with
     /// `SERVERFS_AGENT_SANDBOX=off`, which keeps the first wave's behaviour).
     cgroups: Option<super::cgroup::Cgroups>,
+    /// This bridge's instance name (its state directory's digest), in its helpers' markers.
+    instance: String,
 }
 
 /// How to start one child inside the sandbox.
@@ -114,7 +116,8 @@ impl Containment {
             SandboxMode::Off => None,
             SandboxMode::Auto | SandboxMode::Required => super::cgroup::Cgroups::detect(&config.state_dir),
         };
-        let inner = Inner { mode: config.sandbox.mode, bwrap, reason, hidden, tmp_root, workdirs, cgroups };
+        let instance = super::cgroup::instance_name(&config.state_dir);
+        let inner = Inner { mode: config.sandbox.mode, bwrap, reason, hidden, tmp_root, workdirs, cgroups, instance };
         Ok(Containment { inner: Arc::new(inner) })
     }
 
@@ -129,6 +132,7 @@ impl Containment {
                 tmp_root: std::env::temp_dir(),
                 workdirs: Vec::new(),
                 cgroups: None,
+                instance: "none".to_owned(),
             }),
         }
     }
@@ -146,6 +150,17 @@ impl Containment {
     /// Where task cgroups are made, when the bridge has a delegated cgroup v2.
     pub fn cgroups(&self) -> Option<&super::cgroup::Cgroups> {
         self.inner.cgroups.as_ref()
+    }
+
+    /// The marker of a helper child (not a task) that may run in the sandbox: it names this
+    /// bridge's instance, so that a later start can tell its own helpers from another bridge's.
+    pub fn helper_marker(&self, what: &str) -> String {
+        format!("{what}-{}-{}", self.inner.instance, crate::ids::request_id())
+    }
+
+    /// Whether `marker` is one of [`Containment::helper_marker`]'s, by this bridge.
+    pub fn is_own_helper(&self, marker: &str) -> bool {
+        marker.split('-').rev().nth(1) == Some(self.inner.instance.as_str())
     }
 
     /// The refusal for a new task, when the mode is `required` and the sandbox cannot run.

@@ -22,6 +22,7 @@ use tokio::io::AsyncReadExt;
 
 use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
+use super::tether::SpawnKind;
 
 /// The largest unified diff kept (a longer one is cut, and says so).
 pub const PATCH_LIMIT: usize = 8 * 1024 * 1024;
@@ -238,6 +239,7 @@ impl Snapshots {
             task_id: task_id.to_owned(),
             sandbox: Some(self.containment.clone()),
             expose: vec![dir.to_owned()],
+            kind: if phase == "baseline" { SpawnKind::SnapshotBaseline } else { SpawnKind::SnapshotEnd },
         })
         .await
         .map_err(|e| format!("git could not be started: {}", e.kind()))?;

@@ -177,7 +177,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "admin_workdir_status",
                 Scope::Read,
                 Role::Admin,
-                "Shows each workdir's writer lease and recovery guard, and what a guard's proof of stop still lacks.",
+                "Shows each workdir's writer lease and recovery guard, what a guard's proof of stop still lacks, and task sandboxes left behind.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, _: NoArgs| async move { tasks(&ctx).workdir_status().await },

@@ -24,7 +24,7 @@ const PINNED: &[(&str, &str)] = &[
     ("cancel_agent_task", "9536ac25d5a106970926d1a7"),
     ("admin_list_tasks", "bb765b05c8362541eb8fd235"),
     ("admin_read_audit_log", "049914d44ad97431709b70c7"),
-    ("admin_workdir_status", "7fd4e2e61fbc1f547d96a241"),
+    ("admin_workdir_status", "456113b2cbd44078a8d047dd"),
     ("admin_clear_guard", "31d7a747ac1ce6473e58d9de"),
     ("admin_create_api_key", "6fd7233444f293dfcc37e51f"),
     ("admin_list_api_keys", "367dcbfa69711e92e03a790e"),

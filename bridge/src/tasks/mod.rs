@@ -28,6 +28,8 @@ mod ending;
 mod interact;
 pub use interact::Answer;
 mod job;
+mod leftovers;
+pub use leftovers::{BRIDGE_PRINCIPAL, BRIDGE_SURFACE, RECONCILE_CAPABILITY};
 pub mod manifest;
 pub mod paths;
 pub mod recovery;
@@ -90,6 +92,8 @@ struct Inner {
     watched_guards: Mutex<std::collections::HashSet<String>>,
     /// Set once the bridge stops: submissions are refused from then on.
     closing: std::sync::atomic::AtomicBool,
+    /// What the start-up's reconciliation stopped of the previous bridge's sandboxes.
+    reconciled: Mutex<Option<serde_json::Value>>,
     home: Option<PathBuf>,
 }
 
@@ -125,6 +129,7 @@ impl TaskService {
                 shutdown,
                 closing: std::sync::atomic::AtomicBool::new(false),
                 watched_guards: Mutex::new(std::collections::HashSet::new()),
+                reconciled: Mutex::new(None),
                 home,
             }),
         }

@@ -11,7 +11,7 @@ use crate::error::code;
 use crate::model::{ResultStorage, TaskStatus};
 use crate::provider::cgroup;
 use crate::provider::process::{NamespaceProof, ProofMaterial, any_exits, leader_alive, unproven_pids};
-use crate::provider::procfs::{marker_pids, namespace_pids};
+use crate::provider::procfs::{marker_pids, namespace_pids, sandbox_processes};
 use crate::store::events::NewEvent;
 use crate::store::guards::GuardRow;
 use crate::store::tasks::TransitionFields;
@@ -32,7 +32,8 @@ pub fn proof_json(m: &ProofMaterial) -> String {
     v.to_string()
 }
 
-pub(super) fn parse_proof(text: &str) -> Option<ProofMaterial> {
+/// Reads the proof material a guard recorded; `None` when this bridge cannot read it.
+pub fn parse_proof(text: &str) -> Option<ProofMaterial> {
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
     let namespace = match v.get("containment").and_then(Value::as_str) {
         None | Some("none") => None,
@@ -83,10 +84,17 @@ pub fn guard_proof(guard: &GuardRow) -> Value {
     let namespace = material.as_ref().and_then(|m| m.namespace);
     let group = material.as_ref().and_then(|m| m.cgroup.clone());
     let markers = marker_pids(&guard.task_id);
+    let sandbox: Vec<i32> =
+        sandbox_processes().into_iter().filter(|(_, task)| *task == guard.task_id).map(|(pid, _)| pid).collect();
     let in_namespace = namespace.map(|n| namespace_pids(n.pid_ns)).unwrap_or_default();
     let in_cgroup = group.as_deref().filter(|d| cgroup::populated(d)).map(cgroup::pids);
     let leader_alive = leader.is_some_and(|(_, alive)| alive);
-    let proven = !unreadable && !leader_alive && markers.is_empty() && in_namespace.is_empty() && in_cgroup.is_none();
+    let proven = !unreadable
+        && !leader_alive
+        && markers.is_empty()
+        && sandbox.is_empty()
+        && in_namespace.is_empty()
+        && in_cgroup.is_none();
     let missing = if proven {
         None
     } else if unreadable {
@@ -97,6 +105,8 @@ pub fn guard_proof(guard: &GuardRow) -> Value {
         Some(format!("the task's cgroup still holds {} process(es)", pids.len()))
     } else if !in_namespace.is_empty() {
         Some(format!("{} process(es) are still in the task's PID namespace", in_namespace.len()))
+    } else if !sandbox.is_empty() {
+        Some(format!("{} bwrap process(es) of the task's sandbox are still there", sandbox.len()))
     } else {
         Some(format!("{} process(es) still carry the task's marker AGENT_BRIDGE_TASK", markers.len()))
     };
@@ -115,6 +125,7 @@ pub fn guard_proof(guard: &GuardRow) -> Value {
         "cgroup_processes": group.as_ref().map(|_| in_cgroup.clone().unwrap_or_default()),
         "namespace_processes": namespace.map(|_| in_namespace),
         "marker_processes": markers,
+        "sandbox_processes": sandbox,
         "proven_stopped": proven,
         "missing": missing,
     })
@@ -267,8 +278,9 @@ impl Inner {
 
 impl TaskService {
     /// Startup: retention GC, then every task a previous bridge left non-terminal is marked
-    /// `interrupted/BRIDGE_RESTARTED` (never re-run), then every guard is re-checked and
-    /// cleared only on proof.
+    /// `interrupted/BRIDGE_RESTARTED` (never re-run), then what its sandboxes left is stopped
+    /// where it is provably theirs (`leftovers`), then every guard is re-checked and cleared
+    /// only on proof.
     pub async fn reconcile_at_startup(&self) -> Result<(), crate::store::StoreError> {
         let inner = &self.inner;
         inner.collect_garbage().await;
@@ -290,6 +302,9 @@ impl TaskService {
             inner.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await?;
             tracing::info!(task_id = task.task_id, "interrupted a task left active by a previous bridge");
         }
+        // What the previous bridge's sandboxes left goes before the guards are re-checked:
+        // their proof then holds.
+        self.stop_leftovers_at_start().await;
         for guard in inner.store.call(|s| s.list_guards()).await? {
             if inner.try_clear_guard(&guard, code::BRIDGE_RESTARTED).await {
                 tracing::info!(workdir = guard.workdir_alias, "cleared a recovery guard on proof");
@@ -299,7 +314,8 @@ impl TaskService {
     }
 
     /// Orderly shutdown: every active task is persisted `interrupted/BRIDGE_SHUTDOWN`, its
-    /// runner is cancelled, and the runners are drained (each bounds its provider stop).
+    /// runner is cancelled, the runners are drained (each bounds its provider stop), and what
+    /// any sandbox left is stopped.
     pub async fn shutdown(&self, bound: Duration) {
         let inner = &self.inner;
         {
@@ -321,6 +337,9 @@ impl TaskService {
         if tokio::time::timeout(bound, inner.tracker.wait()).await.is_err() {
             tracing::warn!("some task runners did not finish within the shutdown bound");
         }
+        // The way out: nothing a task started stays behind the bridge (an unproven stop, a
+        // runner past the bound); the next start then finds its guards proven.
+        inner.stop_leftovers(None, "shutdown").await;
     }
 }
 

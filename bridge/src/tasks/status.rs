@@ -14,7 +14,8 @@ use crate::store::guards::GuardRow;
 use crate::store::tasks::TransitionFields;
 
 impl TaskService {
-    /// `admin_workdir_status`: every workdir's lease and guard.
+    /// `admin_workdir_status`: every workdir's lease and guard, the sandboxes whose task this
+    /// bridge is not running, and what its start stopped of the previous bridge's.
     pub async fn workdir_status(&self) -> Result<Value, ToolError> {
         let inner = &self.inner;
         let holders: Vec<(String, String)> = inner
@@ -50,7 +51,12 @@ impl TaskService {
             .filter(|g| !inner.config.workdirs.iter().any(|w| w.alias == g.workdir_alias))
             .map(|g| json!({ "workdir": g.workdir_alias, "task_id": g.task_id }))
             .collect();
-        Ok(json!({ "workdirs": out, "guards_of_unknown_workdirs": orphaned }))
+        Ok(json!({
+            "workdirs": out,
+            "guards_of_unknown_workdirs": orphaned,
+            "leftover_sandboxes": self.leftover_sandboxes().await,
+            "reconciled_at_start": self.reconciled_at_start(),
+        }))
     }
 
     /// `admin_clear_guard`: removes a workdir's guard without proof, on the operator's word.

@@ -24,6 +24,7 @@ use super::io;
 use super::probe::{self, ProbeCache, Probed};
 use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
+use super::tether::SpawnKind;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
 use crate::config::{RuntimeBinary, RuntimeName};
 use crate::error::code;
@@ -144,6 +145,7 @@ impl ClaudeRuntime {
             task_id: spec.task_id.clone(),
             sandbox: Some(self.containment.clone()),
             expose: Vec::new(),
+            kind: SpawnKind::Agent,
         })
         .await
         .map_err(|e| StartError { code: code::AGENT_PROVIDER_ERROR, message: format!("cannot start claude: {e}") })?;

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::super::io::{self, Read};
 use super::super::process::{SpawnSpec, spawn};
+use super::super::tether::SpawnKind;
 use super::ClaudeRuntime;
 
 /// How long the listing child may take, from spawn to the answer.
@@ -47,7 +48,7 @@ impl ClaudeRuntime {
     pub(super) async fn list(&self) -> Result<Vec<Value>, String> {
         let bin = self.bin.clone().ok_or("no executable is configured (SERVERFS_CLAUDE_BIN)")?;
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| std::path::PathBuf::from("/"));
-        let marker = format!("models-claude-{}", crate::ids::request_id());
+        let marker = self.containment.helper_marker("models-claude");
         let spawned = spawn(SpawnSpec {
             program: bin,
             // A task's I/O settings, and never a prompt.
@@ -57,6 +58,7 @@ impl ClaudeRuntime {
             task_id: marker,
             sandbox: Some(self.containment.clone()),
             expose: Vec::new(),
+            kind: SpawnKind::Probe,
         })
         .await
         .map_err(|e| format!("cannot start claude: {e}"))?;

@@ -22,6 +22,7 @@ use super::io;
 use super::probe::{self, ProbeCache, Probed};
 use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
+use super::tether::SpawnKind;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
 use crate::config::{RuntimeBinary, RuntimeName};
 use crate::error::code;
@@ -157,6 +158,8 @@ impl CodexRuntime {
             task_id: task_id.to_owned(),
             sandbox: contained.then(|| self.containment.clone()),
             expose: Vec::new(),
+            // Not contained: the model listing's child, a short-lived helper.
+            kind: if contained { SpawnKind::Agent } else { SpawnKind::Probe },
         })
         .await
         .map_err(|e| StartError { code: code::AGENT_PROVIDER_ERROR, message: format!("cannot start codex: {e}") })?;
