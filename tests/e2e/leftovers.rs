@@ -171,6 +171,8 @@ async fn the_start_stops_a_sandbox_that_outlived_its_bridge_and_reopens_the_work
     poll_until("the agent records its turn", Duration::from_secs(10), || b.fake_turns() == 1).await;
     let agent = marker_pids(&id);
     assert_eq!(agent.len(), 1, "{agent:?}");
+    let variable = format!("AGENT_BRIDGE_SANDBOX={id}");
+    assert!(!e2e::environ_has(agent[0], &variable), "bwrap keeps its own variable from the agent");
     // A second write end of the agent's stdin: it does not see its input close with the
     // bridge, like an agent that ignores its input.
     let stdin = std::fs::OpenOptions::new()

@@ -289,4 +289,22 @@ mod tests {
             waitpid(pid, None).expect("reap");
         }
     }
+
+    /// After the bridge that pinned a namespace is gone, its inode number may name another
+    /// namespace: only the recorded init (same pid, same start time, not a zombie) keeps it
+    /// the task's.
+    #[test]
+    fn a_recorded_namespace_holds_processes_only_while_its_recorded_init_runs() {
+        let me = std::process::id() as i32;
+        let ticks = start_ticks(me);
+        let proof = |init_pid, init_start_ticks| NamespaceProof { pid_ns: 1, init_pid, init_start_ticks };
+        assert!(proof(me, ticks).may_hold_processes(), "its init runs");
+        assert!(!proof(me, ticks.map(|t| t + 1)).may_hold_processes(), "another process under the init's pid");
+        assert!(proof(me, None).may_hold_processes(), "never read: no proof either way");
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = child.id() as i32;
+        let recorded = start_ticks(pid);
+        child.wait().expect("reap");
+        assert!(!proof(pid, recorded).may_hold_processes(), "its init is gone");
+    }
 }

@@ -6,7 +6,8 @@
 //! spawn. A stop is *proven* when the leader was reaped, no process is left in the task's PID
 //! namespace (the kernel's proof: nothing inside can leave it) and, as a second check and the
 //! proof where there is no sandbox, no process carrying the marker remains (descendants
-//! inherit it even when they leave the group with `setsid`).
+//! inherit it even when they leave the group with `setsid`). Every child in the sandbox, and
+//! every helper, is tied to the bridge before it executes anything ([`super::tether`]).
 #![allow(
     clippy::disallowed_types,
     clippy::disallowed_methods,
@@ -98,6 +99,21 @@ pub struct NamespaceProof {
     pub init_pid: i32,
     /// The init's start time, so a recycled pid is never signalled.
     pub init_start_ticks: Option<u64>,
+}
+
+impl NamespaceProof {
+    /// Whether processes of this namespace may still run: its recorded init does (same pid
+    /// and start time; a zombie init is one whose namespace is empty, since the kernel ends
+    /// every member before the init is done exiting), or its start time was never read. Once
+    /// the bridge that pinned the namespace is gone, its inode number is free for another
+    /// namespace (another bridge's task, started since): processes found under that number
+    /// without the recorded init are not this task's.
+    pub fn may_hold_processes(&self) -> bool {
+        match self.init_start_ticks {
+            Some(recorded) => start_ticks(self.init_pid) == Some(recorded) && !is_zombie(self.init_pid),
+            None => true,
+        }
+    }
 }
 
 /// What a later process needs to re-check a stop: the leader, its start time (so a recycled
@@ -203,9 +219,12 @@ pub async fn any_exits(pids: &[i32]) {
 }
 
 /// Live processes still standing between a guard and its proof: the recorded leader (same pid
-/// and start time) and every process carrying the marker. Blocking (reads `/proc`).
+/// and start time), every process carrying the marker, and those of the recorded namespace
+/// while it is still that namespace ([`NamespaceProof::may_hold_processes`]). Blocking (reads
+/// `/proc`).
 pub fn unproven_pids(material: Option<&ProofMaterial>, task_id: &str) -> Vec<i32> {
-    let mut pids = task_pids(task_id, material.and_then(|m| m.namespace).map(|n| n.pid_ns));
+    let namespace = material.and_then(|m| m.namespace).filter(NamespaceProof::may_hold_processes);
+    let mut pids = task_pids(task_id, namespace.map(|n| n.pid_ns));
     if let Some(dir) = material.and_then(|m| m.cgroup.as_deref())
         && super::cgroup::populated(dir)
     {

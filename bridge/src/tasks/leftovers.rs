@@ -23,11 +23,34 @@ pub const BRIDGE_SURFACE: &str = "bridge";
 /// See [`BRIDGE_SURFACE`].
 pub const BRIDGE_PRINCIPAL: &str = "agent-bridge";
 
+/// When the bridge looks for leftovers, which decides what counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Moment {
+    /// At start: processes older than the bridge, its helpers' too.
+    Start,
+    /// While it runs: the tasks it is not running (not its helpers, which may be running).
+    Now,
+    /// On its way out: everything (nothing of it runs any more).
+    Shutdown,
+}
+
+impl Moment {
+    fn as_str(self) -> &'static str {
+        match self {
+            Moment::Start => "start",
+            Moment::Now => "now",
+            Moment::Shutdown => "shutdown",
+        }
+    }
+}
+
 impl Inner {
-    /// The leftover sandboxes now, found as the module says: of the tasks this bridge is not
-    /// running (of every task, `with_active`: the way out). `started_before` limits them to
-    /// processes older than that (start-up: the bridge's own start).
-    pub(super) async fn find_leftovers(&self, started_before: Option<u64>, with_active: bool) -> Vec<Leftover> {
+    /// The leftover sandboxes at `when`, found as the module says.
+    pub(super) async fn find_leftovers(&self, when: Moment) -> Vec<Leftover> {
+        let started_before = match when {
+            Moment::Start => crate::provider::procfs::start_ticks(std::process::id() as i32),
+            Moment::Now | Moment::Shutdown => None,
+        };
         let guards = self.store.call(|s| s.list_guards()).await.unwrap_or_default();
         let proofs: Vec<(String, ProofMaterial)> =
             guards.iter().filter_map(|g| Some((g.task_id.clone(), parse_proof(g.proof_json.as_deref()?)?))).collect();
@@ -39,16 +62,17 @@ impl Inner {
             .call(move |s| Ok(named.into_iter().filter(|id| s.get_task(id).ok().flatten().is_some()).collect()))
             .await
             .unwrap_or_default();
-        let active: Vec<String> = match with_active {
-            true => Vec::new(),
-            false => self.active.lock().map(|a| a.keys().cloned().collect()).unwrap_or_default(),
+        let active: Vec<String> = match when {
+            Moment::Shutdown => Vec::new(),
+            Moment::Start | Moment::Now => self.active.lock().map(|a| a.keys().cloned().collect()).unwrap_or_default(),
         };
+        let helpers = when != Moment::Now;
         let containment = self.providers.containment().clone();
         let cgroups = containment.cgroups().cloned();
         let state_dir = self.config.state_dir.clone();
         tokio::task::spawn_blocking(move || {
             // A task of its store, or a helper of its own (a model listing in the sandbox).
-            let is_ours = |task: &str| ours.contains(task) || containment.is_own_helper(task);
+            let is_ours = |task: &str| ours.contains(task) || (helpers && containment.is_own_helper(task));
             leftovers::find(&Scope {
                 is_ours: &is_ours,
                 active: &active,
@@ -62,12 +86,13 @@ impl Inner {
         .unwrap_or_default()
     }
 
-    /// Stops every leftover sandbox (start-up, before the guards are re-checked, and the way
-    /// out, after every runner ended), and records each stop: an event on the task, an audit
-    /// row, a warning in the log. Returns the account (one object per task).
-    pub(super) async fn stop_leftovers(&self, started_before: Option<u64>, when: &'static str) -> Vec<Value> {
+    /// Stops every leftover sandbox (at the start, before the guards are re-checked, and on
+    /// the way out, after the runners ended), and records each stop: an event on the task, an
+    /// audit row, a warning in the log. Returns the account (one object per task).
+    pub(super) async fn stop_leftovers(&self, when: Moment) -> Vec<Value> {
+        let when_name = when.as_str();
         let mut account = Vec::new();
-        for leftover in self.find_leftovers(started_before, when == "shutdown").await {
+        for leftover in self.find_leftovers(when).await {
             let started = std::time::Instant::now();
             let is_task = crate::ids::looks_like(&leftover.task_id, "agt_");
             let left = leftovers::stop(&leftover).await;
@@ -75,24 +100,23 @@ impl Inner {
             let stopped = left.is_empty();
             let entry = json!({
                 "task_id": leftover.task_id,
-                "when": when,
+                "when": when_name,
                 "processes": found.len(),
                 "found_by": leftover.found_by(),
                 "stopped": stopped,
                 "left": left,
             });
             if stopped {
-                tracing::warn!(task_id = leftover.task_id, processes = found.len(), found_by = ?leftover.found_by(), when, "stopped what a task's sandbox left behind");
+                tracing::warn!(task_id = leftover.task_id, processes = found.len(), found_by = ?leftover.found_by(), when = when_name, "stopped what a task's sandbox left behind");
             } else {
                 tracing::error!(
                     task_id = leftover.task_id,
                     ?left,
-                    when,
+                    when = when_name,
                     "cannot stop what a task's sandbox left behind"
                 );
             }
-            let payload =
-                json!({ "when": when, "processes": found.len(), "found_by": leftover.found_by(), "stopped": stopped });
+            let payload = json!({ "when": when_name, "processes": found.len(), "found_by": leftover.found_by(), "stopped": stopped });
             let event = NewEvent::new("sandbox.reconciled", payload);
             let now = self.clock.now_ms();
             let row = AuditRow {
@@ -138,8 +162,7 @@ impl TaskService {
     /// Start-up: stops what the sandboxes of a previous bridge left (processes started before
     /// this one), and keeps the account for [`TaskService::reconciled_at_start`].
     pub(super) async fn stop_leftovers_at_start(&self) {
-        let own_start = crate::provider::procfs::start_ticks(std::process::id() as i32);
-        let account = self.inner.stop_leftovers(own_start, "start").await;
+        let account = self.inner.stop_leftovers(Moment::Start).await;
         let report = json!({ "at": crate::clock::rfc3339(self.inner.clock.now_ms()), "sandboxes": account });
         *self.inner.reconciled.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
     }
@@ -152,6 +175,6 @@ impl TaskService {
     /// The leftover sandboxes now, by task (none should outlive a start: one that does was
     /// left by this bridge's own tasks since, or could not be stopped).
     pub async fn leftover_sandboxes(&self) -> Vec<Value> {
-        self.inner.find_leftovers(None, false).await.iter().map(Leftover::to_json).collect()
+        self.inner.find_leftovers(Moment::Now).await.iter().map(Leftover::to_json).collect()
     }
 }

@@ -82,11 +82,13 @@ pub fn guard_proof(guard: &GuardRow) -> Value {
     let unreadable = guard.proof_json.is_some() && material.is_none();
     let leader = material.as_ref().map(|m| (m.pid, leader_alive(m)));
     let namespace = material.as_ref().and_then(|m| m.namespace);
+    // Members of the recorded namespace count while it is still that namespace.
+    let live_namespace = namespace.filter(NamespaceProof::may_hold_processes);
     let group = material.as_ref().and_then(|m| m.cgroup.clone());
     let markers = marker_pids(&guard.task_id);
     let sandbox: Vec<i32> =
         sandbox_processes().into_iter().filter(|(_, task)| *task == guard.task_id).map(|(pid, _)| pid).collect();
-    let in_namespace = namespace.map(|n| namespace_pids(n.pid_ns)).unwrap_or_default();
+    let in_namespace = live_namespace.map(|n| namespace_pids(n.pid_ns)).unwrap_or_default();
     let in_cgroup = group.as_deref().filter(|d| cgroup::populated(d)).map(cgroup::pids);
     let leader_alive = leader.is_some_and(|(_, alive)| alive);
     let proven = !unreadable
@@ -339,7 +341,7 @@ impl TaskService {
         }
         // The way out: nothing a task started stays behind the bridge (an unproven stop, a
         // runner past the bound); the next start then finds its guards proven.
-        inner.stop_leftovers(None, "shutdown").await;
+        inner.stop_leftovers(super::leftovers::Moment::Shutdown).await;
     }
 }
 
