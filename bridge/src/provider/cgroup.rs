@@ -230,6 +230,39 @@ mod tests {
         assert_eq!(cg.task_of(&format!("/user.slice/agent-bridge.service/{TASKS_DIR}/ffff/agt_9")), None);
     }
 
+    /// The way out's sweep (`kill_all`, the daemon's last act) ends what is left in every
+    /// task group of this bridge. Where cgroup v2 is not delegated to this user it says so
+    /// loudly; under `CI=true` as root, on a machine with cgroup v2, it must run.
+    #[test]
+    #[allow(clippy::disallowed_types, clippy::print_stderr, reason = "a test child, and a loud skip")]
+    fn the_way_out_kills_what_is_left_in_every_task_group() {
+        let state = tempfile::tempdir().expect("dir");
+        let Some(cgroups) = Cgroups::detect(state.path()) else {
+            let must = std::env::var("CI").as_deref() == Ok("true")
+                && nix::unistd::geteuid().is_root()
+                && cgroup2_mount().is_some();
+            assert!(!must, "CI=true, root and cgroup v2: task cgroups should be available");
+            eprintln!("\n*** SKIPPED: no delegated cgroup v2 for this user ***\n");
+            return;
+        };
+        let task = crate::ids::task_id();
+        let dir = cgroups.create(&task).expect("create");
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn");
+        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).expect("move the child in");
+        assert_eq!(cgroups.populated_groups(), vec![(task.clone(), dir.clone())]);
+        assert_eq!(cgroups.kill_all(), vec![task]);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().expect("wait").signal(), Some(9), "killed by cgroup.kill");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while populated(&dir) {
+            assert!(std::time::Instant::now() < deadline, "the group never emptied");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(cgroups.populated_groups().is_empty());
+        remove_tree(&dir);
+        cgroups.remove_if_empty();
+    }
+
     #[test]
     fn only_a_group_of_this_bridge_and_this_task_is_its_own() {
         let state = Path::new("/home/op/.local/state/agent-bridge");
