@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use e2e::TestBridge;
 
-fn doctor_json(b: &TestBridge) -> (Option<i32>, Value) {
+pub(crate) fn doctor_json(b: &TestBridge) -> (Option<i32>, Value) {
     let out = b.cli_env(&["doctor", "--json"]);
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("doctor --json printed no JSON ({e}):\n{}", String::from_utf8_lossy(&out.stderr)));

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use e2e::{Options, TestBridge, marker_pids, poll_until};
 
 use crate::containment::sandbox_available;
+use crate::doctor::doctor_json;
 
 /// The pause of the test hook: long enough to be found and killed in, shorter than a restart
 /// waits for the instance lock that the paused fork still holds (2 s).
@@ -284,13 +285,6 @@ fn stuck_sandbox_init(root: &Path, task_id: &str) -> i32 {
         std::thread::sleep(Duration::from_millis(10));
     }
     init.expect("bwrap left its sandbox's init waiting")
-}
-
-fn doctor_json(b: &TestBridge) -> (Option<i32>, Value) {
-    let out = b.cli_env(&["doctor", "--json"]);
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("doctor --json printed no JSON ({e}):\n{}", String::from_utf8_lossy(&out.stderr)));
-    (out.status.code(), v)
 }
 
 /// Whether git runs here (the change sets need it); under `CI=true` it must.
