@@ -32,6 +32,7 @@ mod oauth;
 mod orphans;
 mod plans;
 mod policy;
+mod privilege;
 mod protocol;
 mod restart;
 mod results;

@@ -14,7 +14,7 @@ use crate::bridge_bin;
 /// How to configure a test bridge.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Extra `.env` lines (`KEY=VALUE`).
+    /// Extra `.env` lines (`KEY=VALUE`); one naming a key of [`base_env`] replaces it.
     pub env: Vec<String>,
     /// The executable to run instead of [`bridge_bin`] (benchmarks pass cargo's own path).
     pub bin: Option<PathBuf>,
@@ -64,6 +64,8 @@ pub fn base_env(root: &Path) -> String {
         format!("SERVERFS_AGENT_LOCK_HOST_DIR={}", root.join("locks").display()),
         format!("SERVERFS_AGENT_BRIDGE_STATE_DIR={}", root.join("state").display()),
         "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true".to_owned(),
+        // The tests' hostile agent: `exec:` runs a shell command inside the task.
+        "SERVERFS_AGENT_FAKE_EXEC=true".to_owned(),
         // Every test bridge serves its board on a free port of its own.
         "SERVERFS_BOARD_ADDR=127.0.0.1:0".to_owned(),
         "WORKDIR_01_ALIAS=repo".to_owned(),
@@ -115,7 +117,11 @@ impl TestBridge {
         let root = dir.path().canonicalize().expect("canonical temp dir");
         std::fs::create_dir_all(root.join("repo/src")).expect("repo");
         std::fs::create_dir_all(root.join("docs")).expect("docs");
-        let mut env = base_env(&root);
+        // An extra line naming a key of the base replaces it (the `.env` refuses a key twice).
+        let key = |line: &str| line.split_once('=').map(|(k, _)| k.trim().to_owned());
+        let extra: Vec<Option<String>> = options.env.iter().map(|l| key(l)).collect();
+        let mut env: String =
+            base_env(&root).lines().filter(|l| !extra.contains(&key(l))).map(|l| format!("{l}\n")).collect();
         for line in &options.env {
             env.push_str(line);
             env.push('\n');

@@ -34,3 +34,15 @@ pub fn embedded_default() -> Result<super::BridgeConfig, String> {
     let context = super::env::Context::current().map_err(|r| r.to_string())?;
     super::env::from_pairs(&entries, &context).map(|r| r.config).map_err(|r| r.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The quick start offers the fake runtime, but not its `exec:` (a shell command for any
+    /// operator key, unasked).
+    #[test]
+    fn the_quick_start_offers_the_fake_runtime_without_its_exec() {
+        let config = super::embedded_default().expect("the embedded default is valid");
+        assert!(config.enable_fake_runtime);
+        assert!(!config.fake_exec);
+    }
+}

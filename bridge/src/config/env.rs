@@ -105,6 +105,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
     let allowed_peer_gid = reader.id("SERVERFS_AGENT_PEER_GID");
     let allow_root = reader.boolean("SERVERFS_AGENT_ALLOW_ROOT");
     let enable_fake_runtime = reader.boolean("SERVERFS_AGENT_ENABLE_FAKE_RUNTIME");
+    let fake_exec = reader.boolean("SERVERFS_AGENT_FAKE_EXEC");
     let limits = read_limits(reader);
     let mcp_auth = read_mcp_auth(reader);
     let oauth = super::oauth::read(reader);
@@ -128,6 +129,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         allowed_peer_gid: allowed_peer_gid?,
         allow_root: allow_root?,
         enable_fake_runtime: enable_fake_runtime?,
+        fake_exec: fake_exec?,
         limits: limits?,
         mcp_auth: mcp_auth?,
         oauth: oauth?,

@@ -227,6 +227,12 @@ pub static KEYS: &[KeySpec] = &[
         "Offer the scripted fake runtime, for tests only.",
     ),
     ours(
+        "SERVERFS_AGENT_FAKE_EXEC",
+        Some("false"),
+        Group::Policy,
+        "Let the fake runtime's exec: prompt run a shell command in the task, unasked: for tests only.",
+    ),
+    ours(
         "SERVERFS_AGENT_SANDBOX",
         Some("auto"),
         Group::Policy,

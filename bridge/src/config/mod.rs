@@ -46,6 +46,10 @@ pub struct BridgeConfig {
     pub allow_root: bool,
     /// Offer the scripted `fake` runtime (`SERVERFS_AGENT_ENABLE_FAKE_RUNTIME`).
     pub enable_fake_runtime: bool,
+    /// Let the fake runtime's `exec:` script run a shell command (`SERVERFS_AGENT_FAKE_EXEC`):
+    /// the tests' hostile agent; off unless asked for (the quick start does not).
+    #[serde(default)]
+    pub fake_exec: bool,
     /// Lifecycle limits, frozen into every task's manifest.
     pub limits: Limits,
     /// How MCP callers are authenticated.

@@ -162,6 +162,7 @@ mod tests {
             allowed_peer_gid: None,
             allow_root: false,
             enable_fake_runtime: true,
+            fake_exec: false,
             limits: Limits::default(),
             mcp_auth: McpAuth::default(),
             oauth: None,

@@ -93,6 +93,13 @@ impl fmt::Display for EnvReport {
         writeln!(f, "  allowed peer:        uid {uid}, gid {gid}")?;
         writeln!(f, "  may run as root:     {}", yes_no(c.allow_root))?;
         writeln!(f, "  fake runtime:        {}", if c.enable_fake_runtime { "offered" } else { "off" })?;
+        if c.enable_fake_runtime {
+            writeln!(
+                f,
+                "  fake exec:           {}",
+                if c.fake_exec { "on (runs shell commands unasked)" } else { "off" }
+            )?;
+        }
         writeln!(f, "limits")?;
         writeln!(f, "  task timeout:        {} s", l.task_timeout_seconds)?;
         writeln!(f, "  interaction timeout: {} s", l.interaction_timeout_seconds)?;

@@ -132,6 +132,13 @@ impl PlanService {
         check_opaque("correlation_id", &req.correlation_id)?;
         let steps = check_steps(&req.steps)?;
         let (workdir, path) = inner.tasks.check_target(principal, &req.workdir, req.runtime, req.profile, &req.path)?;
+        for (i, step) in req.steps.iter().enumerate() {
+            inner
+                .tasks
+                .providers()
+                .check_prompt(req.runtime, &step.prompt)
+                .map_err(|e| ToolError::new(crate::error::code::AGENT_DISABLED, format!("steps[{i}].prompt: {e}")))?;
+        }
         crate::tasks::resolve_cwd(&workdir, &path).await?;
         let fingerprint = fingerprint(&req, &path, &title, &steps);
         if let Some(key) = &req.idempotency_key {

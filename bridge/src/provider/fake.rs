@@ -129,12 +129,30 @@ pub struct FakeRuntime {
     home: PathBuf,
     base_env: BaseEnv,
     containment: Containment,
+    exec: bool,
 }
 
+/// Why an `exec:` prompt is refused when `SERVERFS_AGENT_FAKE_EXEC` is off.
+const EXEC_OFF: &str = "the fake runtime's exec: prompt runs a shell command without asking anyone; it is off \
+     (SERVERFS_AGENT_FAKE_EXEC=true turns it on, for tests)";
+
 impl FakeRuntime {
-    /// A fake runtime whose child is `program fake-agent`, keeping sessions under `home`.
-    pub fn new(program: PathBuf, home: PathBuf, base_env: BaseEnv, containment: Containment) -> FakeRuntime {
-        FakeRuntime { program, home, base_env, containment }
+    /// A fake runtime whose child is `program fake-agent`, keeping sessions under `home`;
+    /// `exec` lets its `exec:` prompt run (`SERVERFS_AGENT_FAKE_EXEC`).
+    pub fn new(
+        program: PathBuf,
+        home: PathBuf,
+        base_env: BaseEnv,
+        containment: Containment,
+        exec: bool,
+    ) -> FakeRuntime {
+        FakeRuntime { program, home, base_env, containment, exec }
+    }
+
+    /// Refuses a prompt this runtime will not run: `exec:` while it is off.
+    pub fn check_prompt(&self, prompt: &str) -> Result<(), String> {
+        let command = prompt.split_once(':').map_or(prompt, |(c, _)| c);
+        if command == "exec" && !self.exec { Err(EXEC_OFF.to_owned()) } else { Ok(()) }
     }
 
     /// Always available when enabled.
@@ -153,6 +171,7 @@ impl FakeRuntime {
     /// Spawns the child and starts the turn.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
         let fail = |message: String| StartError { code: code::AGENT_PROVIDER_ERROR, message };
+        self.check_prompt(&spec.prompt).map_err(|message| StartError { code: code::AGENT_DISABLED, message })?;
         let mut env = self.base_env.for_child(&[]);
         env.push((OsString::from(HOME_VAR), self.home.clone().into_os_string()));
         // The session store must exist before the sandbox binds it back in.

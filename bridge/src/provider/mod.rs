@@ -287,7 +287,7 @@ impl Providers {
     ) -> Providers {
         let fake = config.enable_fake_runtime.then(|| {
             let home = config.state_dir.join("runtimes").join("fake");
-            fake::FakeRuntime::new(self_exe, home, base_env.clone(), containment.clone())
+            fake::FakeRuntime::new(self_exe, home, base_env.clone(), containment.clone(), config.fake_exec)
         });
         let found = |binary: &crate::config::RuntimeBinary, name: &str| {
             let mut binary = binary.clone();
@@ -322,6 +322,15 @@ impl Providers {
             },
             RuntimeName::Codex => self.codex.info().await,
             RuntimeName::Claude => self.claude.info().await,
+        }
+    }
+
+    /// Refuses, before anything is created, a prompt the runtime will not run (the fake
+    /// runtime's `exec:` while `SERVERFS_AGENT_FAKE_EXEC` is off).
+    pub fn check_prompt(&self, runtime: RuntimeName, prompt: &str) -> Result<(), String> {
+        match (runtime, &self.fake) {
+            (RuntimeName::Fake, Some(fake)) => fake.check_prompt(prompt),
+            _ => Ok(()),
         }
     }
 

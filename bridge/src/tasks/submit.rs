@@ -128,6 +128,7 @@ impl TaskService {
                 ),
             ));
         }
+        inner.providers.check_prompt(req.runtime, &req.prompt).map_err(|e| ToolError::new(code::AGENT_DISABLED, e))?;
         let resume_session = match &req.continue_from_task_id {
             Some(prior) => Some(self.check_continuation(principal, prior, &req).await?),
             None => None,

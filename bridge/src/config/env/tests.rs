@@ -92,7 +92,7 @@ fn an_empty_env_gives_the_defaults() -> TestResult {
     assert_eq!(config.lock_dir, home.join(".local/share/agent-bridge/runtime/locks"));
     assert_eq!(config.state_dir, home.join(".local/state/agent-bridge"));
     assert_eq!((config.allowed_peer_uid, config.allowed_peer_gid), (None, None));
-    assert!(!config.allow_root && !config.enable_fake_runtime);
+    assert!(!config.allow_root && !config.enable_fake_runtime && !config.fake_exec);
     assert_eq!(config.limits, Limits::default());
     assert_eq!(config.mcp_auth, McpAuth::default());
     assert_eq!(config.codex, RuntimeBinary { bin: None, home: Some(home.join(".codex")) });
@@ -166,6 +166,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
         allowed_peer_gid: None,
         allow_root: false,
         enable_fake_runtime: true,
+        fake_exec: false,
         limits: Limits {
             task_timeout_seconds: 3600,
             interaction_timeout_seconds: 600,
