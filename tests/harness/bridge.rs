@@ -20,6 +20,9 @@ pub struct Options {
     pub bin: Option<PathBuf>,
     /// Extra process environment for the bridge (what its provider children may inherit).
     pub vars: Vec<(String, String)>,
+    /// Start the bridge as an operator's shell would: a session leader whose controlling
+    /// terminal is a pty the test holds the other end of ([`TestBridge::terminal`]).
+    pub terminal: bool,
 }
 
 impl Options {
@@ -32,6 +35,12 @@ impl Options {
     /// Sets a variable in the bridge process's environment.
     pub fn var(mut self, name: &str, value: &str) -> Options {
         self.vars.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Starts the bridge with a controlling terminal ([`Options::terminal`]).
+    pub fn in_terminal(mut self) -> Options {
+        self.terminal = true;
         self
     }
 }
@@ -55,6 +64,9 @@ pub struct TestBridge {
     pub(crate) bin: PathBuf,
     pub(crate) vars: Vec<(String, String)>,
     pub(crate) child: Option<Child>,
+    /// The master side of the bridge's controlling terminal, when it has one.
+    pub terminal: Option<std::os::fd::OwnedFd>,
+    wants_terminal: bool,
 }
 
 /// The `.env` every test bridge starts from.
@@ -139,6 +151,8 @@ impl TestBridge {
             bin: options.bin.clone().unwrap_or_else(bridge_bin),
             vars: options.vars.clone(),
             child: None,
+            terminal: None,
+            wants_terminal: options.terminal,
         }
     }
 
@@ -167,13 +181,24 @@ impl TestBridge {
             .append(true)
             .open(self.dir.path().join("bridge.log"))
             .expect("log file");
-        let child = Command::new(&self.bin)
+        // With a terminal: util-linux's `setsid --ctty` makes the bridge (the same process: it
+        // execs) a session leader whose controlling terminal is its stdin, the pty's slave.
+        let (mut command, stdin) = if self.wants_terminal {
+            let pty = nix::pty::openpty(None, None).expect("a pty");
+            self.terminal = Some(pty.master);
+            let mut command = Command::new("setsid");
+            command.arg("--ctty").arg(&self.bin);
+            (command, Stdio::from(pty.slave))
+        } else {
+            (Command::new(&self.bin), Stdio::null())
+        };
+        let child = command
             .arg("serve")
             .arg("--env-file")
             .arg(&self.env_file)
             .env("AGENT_BRIDGE_LOG", "debug")
             .envs(self.vars.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

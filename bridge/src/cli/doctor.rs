@@ -206,8 +206,26 @@ fn sandbox_check(checks: &mut Vec<Check>, containment: &Value) {
     let mode = containment["mode"].as_str().unwrap_or("?");
     let detail = containment["detail"].as_str().or(containment["refused"].as_str()).unwrap_or("no detail");
     let cgroup = if containment["cgroup"] == true { ", each in its own cgroup" } else { "" };
-    if containment["contained"] == true {
-        check(checks, "sandbox", "ok", format!("contained: tasks run in the bubblewrap sandbox{cgroup} (mode {mode})"));
+    if containment["contained"] == true && containment["seccomp"] != true {
+        let why = containment["seccomp_detail"].as_str().unwrap_or("no detail");
+        let level = if mode == "required" { "fail" } else { "warn" };
+        check(
+            checks,
+            "sandbox",
+            level,
+            format!(
+                "contained{cgroup}, but without the seccomp filter that keeps tasks from typing into a terminal: {why}"
+            ),
+        );
+    } else if containment["contained"] == true {
+        check(
+            checks,
+            "sandbox",
+            "ok",
+            format!(
+                "contained: tasks run in the bubblewrap sandbox{cgroup}, in a session of their own, under a seccomp filter (mode {mode})"
+            ),
+        );
     } else if mode == "required" || containment["refused"].is_string() {
         check(checks, "sandbox", "fail", format!("not contained, and mode {mode} refuses every task: {detail}"));
     } else {

@@ -35,6 +35,7 @@ pub mod probe;
 pub mod process;
 pub mod procfs;
 pub mod sandbox;
+pub mod seccomp;
 pub mod snapshot;
 pub mod tether;
 pub mod usage;

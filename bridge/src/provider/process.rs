@@ -27,8 +27,9 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::procfs::{is_zombie, namespace_pids, start_ticks, stat_fields};
 pub use super::procfs::{marker_pids, task_pids};
-use super::sandbox::INFO_FD;
+use super::sandbox::{INFO_FD, SECCOMP_FD};
 use super::tether::{SANDBOX_VAR, SpawnKind, TestHook, test_hook, tether};
+use std::os::fd::OwnedFd;
 
 /// The environment variable that names a child's task.
 pub const MARKER_VAR: &str = "AGENT_BRIDGE_TASK";
@@ -323,6 +324,10 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         Some(_) => Some(info_pipe(&mut cmd)?),
         None => None,
     };
+    let _seccomp = match &wrap {
+        Some(w) if w.seccomp => Some(seccomp_pipe(cmd.as_std_mut())?),
+        _ => None,
+    };
     // Where cgroup v2 is delegated, the child enters its task's own group before it executes.
     let _procs = match &cgroup {
         Some(dir) => Some(super::cgroup::enter_on_exec(&mut cmd, dir)?),
@@ -418,33 +423,49 @@ fn normal_policy_on_exec(cmd: &mut std::process::Command) {
 }
 
 /// A close-on-exec pipe whose write end the child gets as [`INFO_FD`] (bwrap's `--info-fd`).
-#[allow(unsafe_code)]
 fn info_pipe(cmd: &mut Command) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two new descriptors into `fds` or fails without touching them.
-    if unsafe { nix::libc::pipe2(fds.as_mut_ptr(), nix::libc::O_CLOEXEC) } < 0 {
-        return Err(std::io::Error::last_os_error());
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let write = pass_fd(cmd.as_std_mut(), write, INFO_FD)?;
+    Ok((read, write))
+}
+
+/// Gives `cmd`'s child the task sandbox's seccomp filter on [`SECCOMP_FD`] (bwrap's
+/// `--seccomp`): a pipe holding the whole program, its write end closed. The returned read end
+/// must stay open until the spawn has returned.
+fn seccomp_pipe(cmd: &mut std::process::Command) -> std::io::Result<std::os::fd::OwnedFd> {
+    let program = super::seccomp::program().ok_or_else(|| std::io::Error::other("no seccomp filter here"))?;
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // 104 bytes into an empty pipe: the write is whole and never blocks.
+    let written = nix::unistd::write(&write, &program)?;
+    if written != program.len() {
+        return Err(std::io::Error::other("the seccomp filter was not written whole"));
     }
-    // SAFETY: the kernel just created these descriptors and nothing else owns them.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let w = write.as_raw_fd();
-    // SAFETY: between fork and exec the closure only calls async-signal-safe functions
-    // (dup2, fcntl) on descriptors the parent keeps open until the spawn returns.
+    drop(write);
+    pass_fd(cmd, read, SECCOMP_FD)
+}
+
+/// Makes `fd` the child's descriptor `target` (open across its exec). The parent's copy is
+/// moved above 9 first, so that one hook's `dup2` never overwrites the descriptor another hook
+/// passes (a pipe the kernel numbered 3 or 4); it must stay open until the spawn has returned.
+#[allow(unsafe_code)]
+fn pass_fd(cmd: &mut std::process::Command, fd: OwnedFd, target: i32) -> std::io::Result<OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let high = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    let high = unsafe { OwnedFd::from_raw_fd(high) };
+    drop(fd);
+    let raw = high.as_raw_fd();
+    // SAFETY: between fork and exec the closure only calls dup2, async-signal-safe, on a
+    // descriptor the parent keeps open until the spawn returns.
     unsafe {
-        cmd.pre_exec(move || {
-            if w == INFO_FD {
-                let flags = nix::libc::fcntl(w, nix::libc::F_GETFD);
-                if flags < 0 || nix::libc::fcntl(w, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if nix::libc::dup2(w, INFO_FD) < 0 {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            if nix::libc::dup2(raw, target) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    Ok((read, write))
+    Ok(high)
 }
 
 /// Reads bwrap's information (bounded: 10 s), or `None` when it closed the pipe without it.
@@ -458,12 +479,18 @@ async fn read_info(read: std::os::fd::OwnedFd) -> Option<super::sandbox::Sandbox
 }
 
 /// Runs `program args` to completion, bounded by `limit`: its stdout, or why it failed (its
-/// stderr, or the timeout). Blocking; for start-up checks only (never a task).
-pub fn run_bounded(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
+/// stderr, or the timeout). With `seccomp`, the child finds the task sandbox's filter on
+/// [`SECCOMP_FD`] (the start-up's trial sandbox). Blocking; for start-up checks only (never a
+/// task).
+pub fn run_bounded(program: &Path, args: &[&str], limit: Duration, seccomp: bool) -> Result<String, String> {
     let mut command = std::process::Command::new(program);
     // This thread waits for the child: the signal comes when the bridge dies, not before.
     tether(&mut command, SpawnKind::Probe);
     normal_policy_on_exec(&mut command);
+    let _program = match seccomp {
+        true => Some(seccomp_pipe(&mut command).map_err(|e| e.to_string())?),
+        false => None,
+    };
     let mut child = command
         .args(args)
         .stdin(Stdio::null())
@@ -512,6 +539,14 @@ impl Supervised {
         let mut status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
         if status.is_none() {
             let _ = killpg(Pid::from_raw(self.pid), Signal::SIGTERM);
+            // The sandbox's program runs in a session (and group) of its own: it gets its TERM
+            // by namespace (its init ignores one sent from here).
+            if let Some(ns) = self.sandbox.as_ref().map(|s| s.ns) {
+                let members = tokio::task::spawn_blocking(move || namespace_pids(ns.pid_ns)).await.unwrap_or_default();
+                for pid in members {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                }
+            }
             status = tokio::time::timeout(term_wait, self.child.wait()).await.ok().and_then(Result::ok);
         }
         if status.is_none() {

@@ -38,6 +38,8 @@ struct Inner {
     mode: SandboxMode,
     /// The bubblewrap executable and its version, when the sandbox works here.
     bwrap: Option<(PathBuf, String)>,
+    /// Why the seccomp filter does not load here (`None`: it does, or there is no sandbox).
+    seccomp_refused: Option<String>,
     /// Why there is no sandbox (operator-facing; may name host paths, never sent to MCP).
     reason: Option<String>,
     /// What to replace by empty directories (existing, canonical).
@@ -62,6 +64,8 @@ pub struct Wrap {
     pub args: Vec<OsString>,
     /// The task's private `/tmp` on the host, removed once the task's stop is proven.
     pub private_tmp: PathBuf,
+    /// bwrap loads the seccomp filter from [`SECCOMP_FD`] (`--seccomp`).
+    pub seccomp: bool,
 }
 
 /// Refused to start a task without the sandbox (`AGENT_SANDBOX_UNAVAILABLE`).
@@ -78,6 +82,8 @@ pub const BASE_FLAGS: &[&str] = &[
     "--unshare-pid",
     "--unshare-cgroup-try",
     "--die-with-parent",
+    // A session of its own: no controlling terminal, so no `/dev/tty` of the operator's.
+    "--new-session",
     "--dev-bind",
     "/",
     "/",
@@ -87,6 +93,8 @@ pub const BASE_FLAGS: &[&str] = &[
 
 /// The descriptor bwrap writes its JSON information to (the sandbox's init pid and namespaces).
 pub const INFO_FD: i32 = 3;
+/// The descriptor bwrap reads the seccomp filter from (`--seccomp`, [`super::seccomp`]).
+pub const SECCOMP_FD: i32 = 4;
 
 const INSTALL_HINT: &str = "install Debian's bubblewrap (apt-get install bubblewrap) and restart the bridge";
 const USERNS_HINT: &str = "unprivileged user namespaces are refused here: allow them (sysctl \
@@ -101,13 +109,18 @@ impl Containment {
     pub fn detect(config: &BridgeConfig, base_env: &BaseEnv) -> Result<Containment, String> {
         let hidden = hidden_paths(config, base_env)?;
         let tmp_root = config.state_dir.join("tmp");
-        let (bwrap, reason) = match config.sandbox.mode {
-            SandboxMode::Off => (None, Some("SERVERFS_AGENT_SANDBOX=off: tasks run without a sandbox".to_owned())),
+        let (bwrap, reason, seccomp_refused) = match config.sandbox.mode {
+            SandboxMode::Off => {
+                (None, Some("SERVERFS_AGENT_SANDBOX=off: tasks run without a sandbox".to_owned()), None)
+            }
             SandboxMode::Auto | SandboxMode::Required => match super::probe::which("bwrap", base_env.get("PATH")) {
-                None => (None, Some(format!("bwrap is not on the bridge's PATH: {INSTALL_HINT}"))),
+                None => (None, Some(format!("bwrap is not on the bridge's PATH: {INSTALL_HINT}")), None),
                 Some(bin) => match try_sandbox(&bin) {
-                    Ok(version) => (Some((bin, version)), None),
-                    Err(why) => (None, Some(why)),
+                    Ok(version) => {
+                        let seccomp = try_seccomp(&bin).err();
+                        (Some((bin, version)), None, seccomp)
+                    }
+                    Err(why) => (None, Some(why), None),
                 },
             },
         };
@@ -117,7 +130,17 @@ impl Containment {
             SandboxMode::Auto | SandboxMode::Required => super::cgroup::Cgroups::detect(&config.state_dir),
         };
         let instance = super::cgroup::instance_name(&config.state_dir);
-        let inner = Inner { mode: config.sandbox.mode, bwrap, reason, hidden, tmp_root, workdirs, cgroups, instance };
+        let inner = Inner {
+            mode: config.sandbox.mode,
+            bwrap,
+            seccomp_refused,
+            reason,
+            hidden,
+            tmp_root,
+            workdirs,
+            cgroups,
+            instance,
+        };
         Ok(Containment { inner: Arc::new(inner) })
     }
 
@@ -127,6 +150,7 @@ impl Containment {
             inner: Arc::new(Inner {
                 mode,
                 bwrap: None,
+                seccomp_refused: None,
                 reason: Some(reason.to_owned()),
                 hidden: Vec::new(),
                 tmp_root: std::env::temp_dir(),
@@ -163,14 +187,27 @@ impl Containment {
         marker.split('-').rev().nth(1) == Some(self.inner.instance.as_str())
     }
 
-    /// The refusal for a new task, when the mode is `required` and the sandbox cannot run.
+    /// Whether tasks run under the seccomp filter.
+    pub fn seccomp(&self) -> bool {
+        self.contained() && self.inner.seccomp_refused.is_none()
+    }
+
+    /// The refusal for a new task, when the mode is `required` and the sandbox, or one of its
+    /// layers, cannot run.
     pub fn check_required(&self) -> Result<(), Unavailable> {
-        match (&self.inner.bwrap, self.inner.mode) {
-            (None, SandboxMode::Required) => Err(Unavailable(format!(
+        if self.inner.mode != SandboxMode::Required {
+            return Ok(());
+        }
+        match (&self.inner.bwrap, &self.inner.seccomp_refused) {
+            (None, _) => Err(Unavailable(format!(
                 "SERVERFS_AGENT_SANDBOX=required but the task sandbox cannot run on this machine: {}",
                 caller_safe(self.inner.reason.as_deref().unwrap_or("unknown"))
             ))),
-            _ => Ok(()),
+            (Some(_), Some(why)) => Err(Unavailable(format!(
+                "SERVERFS_AGENT_SANDBOX=required but the task sandbox's seccomp filter cannot load here: {}",
+                caller_safe(why)
+            ))),
+            (Some(_), None) => Ok(()),
         }
     }
 
@@ -184,6 +221,9 @@ impl Containment {
             "version": self.inner.bwrap.as_ref().map(|(_, v)| v.clone()),
             "detail": self.inner.reason,
             "cgroup": self.inner.cgroups.is_some(),
+            "seccomp": self.seccomp(),
+            "seccomp_detail": self.inner.seccomp_refused,
+            "new_session": self.contained(),
             "hidden": self.inner.hidden.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         })
     }
@@ -195,7 +235,9 @@ impl Containment {
             "kind": self.kind(),
             "contained": self.contained(),
             "cgroup": self.inner.cgroups.is_some(),
-            "detail": self.inner.reason.as_deref().map(caller_safe),
+            "seccomp": self.seccomp(),
+            "new_session": self.contained(),
+            "detail": self.inner.reason.as_deref().or(self.inner.seccomp_refused.as_deref()).map(caller_safe),
         })
     }
 
@@ -271,8 +313,12 @@ impl Containment {
             args.extend(["--remount-ro".into(), path.into_os_string()]);
         }
         args.extend(["--setenv".into(), "TMPDIR".into(), "/tmp".into()]);
+        let seccomp = self.seccomp();
+        if seccomp {
+            args.extend(["--seccomp".into(), SECCOMP_FD.to_string().into()]);
+        }
         args.extend(["--info-fd".into(), INFO_FD.to_string().into(), "--".into()]);
-        Ok(Some(Wrap { bwrap: bwrap.clone(), args, private_tmp }))
+        Ok(Some(Wrap { bwrap: bwrap.clone(), args, private_tmp, seccomp }))
     }
 }
 
@@ -342,12 +388,25 @@ fn caller_safe(reason: &str) -> String {
 /// Starts one trivial sandbox with the flags tasks use; returns bwrap's version, or why the
 /// sandbox cannot run here.
 fn try_sandbox(bwrap: &Path) -> Result<String, String> {
-    let version = super::process::run_bounded(bwrap, &["--version"], Duration::from_secs(10))
+    let version = super::process::run_bounded(bwrap, &["--version"], Duration::from_secs(10), false)
         .map_err(|e| format!("{} cannot be run: {e}; {INSTALL_HINT}", bwrap.display()))?;
     let args: Vec<&str> = BASE_FLAGS.iter().copied().chain(["--tmpfs", "/tmp", "--", "true"]).collect();
-    super::process::run_bounded(bwrap, &args, Duration::from_secs(10))
+    super::process::run_bounded(bwrap, &args, Duration::from_secs(10), false)
         .map_err(|e| format!("{} cannot start a sandbox ({}): {USERNS_HINT}", bwrap.display(), e.trim()))?;
     Ok(version.trim().trim_start_matches("bubblewrap").trim().to_owned())
+}
+
+/// Starts one trivial sandbox under the seccomp filter: `Ok` when bwrap loads it here.
+fn try_seccomp(bwrap: &Path) -> Result<(), String> {
+    if super::seccomp::program().is_none() {
+        return Err(format!("no seccomp filter is built for {}", std::env::consts::ARCH));
+    }
+    let fd = SECCOMP_FD.to_string();
+    let args: Vec<&str> =
+        BASE_FLAGS.iter().copied().chain(["--tmpfs", "/tmp", "--seccomp", &fd, "--", "true"]).collect();
+    super::process::run_bounded(bwrap, &args, Duration::from_secs(10), true)
+        .map(|_| ())
+        .map_err(|e| format!("{} cannot load the seccomp filter ({})", bwrap.display(), e.trim()))
 }
 
 /// The bridge's private paths and the user's session sockets, plus the operator's, that exist
