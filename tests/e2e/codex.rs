@@ -292,7 +292,11 @@ fn outside_the_writable_roots() -> tempfile::TempDir {
 
 #[tokio::test]
 async fn codex_file_change_inside_is_applied_and_outside_asks_first() {
-    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    // A directory outside the workdir that the operator lets this workdir's tasks write (the
+    // task's view holds nothing else outside it): Codex's own sandbox still asks first.
+    let outside = outside_the_writable_roots();
+    let widened = format!("WORKDIR_03_SANDBOX_WRITE={}", outside.path().display());
+    let Some(r) = RealBridge::start(Cli::Codex, &[&widened]).await else { return };
     // Inside the workdir, Codex applies the patch itself: no question, the change is reported.
     let id = r.submit("APPLY_PATCH: inside.txt").await;
     let t = r.finish(&id).await;
@@ -305,7 +309,6 @@ async fn codex_file_change_inside_is_applied_and_outside_asks_first() {
     assert_eq!(finished["payload"]["status"], "completed");
 
     // Outside the writable roots Codex asks; the request names no host path.
-    let outside = outside_the_writable_roots();
     let approved = outside.path().join("approved.txt");
     let id = r.submit(&format!("APPLY_PATCH: {}", approved.display())).await;
     let (rid, payload) = r.pending(&id).await;

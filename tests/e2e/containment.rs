@@ -153,8 +153,8 @@ impl Stage {
         assert!(!keys.to_string().contains("stolen"), "no key was minted: {keys:#}");
     }
 
-    /// What a sandboxed attacker must see: no socket, no store, an emptied state directory,
-    /// no config, no session sockets.
+    /// What a sandboxed attacker must see: no socket, no store, an emptied (or absent) state
+    /// directory, no config, no session sockets.
     pub fn assert_contained(report: &Value) {
         for call in ["admin_create_api_key", "admin_approve_plan", "respond_agent_approval"] {
             assert!(
@@ -177,7 +177,16 @@ impl Stage {
                 || report["config"].as_str().is_some_and(|r| r.starts_with("unreadable")),
             "the config reads as nothing: {report:#}"
         );
-        assert_eq!(report["runtime_dir"], json!([]), "XDG_RUNTIME_DIR shows nothing: {report:#}");
+        // The operator's session sockets are not there: the task's own (empty, private)
+        // runtime directory, where a runtime may have made its own, or none at all.
+        let runtime_dir = &report["runtime_dir"];
+        let shows_the_operators =
+            runtime_dir.as_array().is_some_and(|l| l.iter().any(|e| e == "bus" || e == "systemd"));
+        assert!(
+            !shows_the_operators
+                && (runtime_dir.is_array() || runtime_dir.as_str().is_some_and(|s| s.starts_with("unlistable"))),
+            "XDG_RUNTIME_DIR shows none of the operator's session sockets: {report:#}"
+        );
     }
 
     /// What the operator's own shell gets: everything.
@@ -424,11 +433,13 @@ async fn list_agent_runtimes_and_doctor_say_the_tasks_are_contained() {
     assert_eq!(parts.len(), 3, "{text}");
     assert_eq!(parts[0][0], "exit=0", "{text}");
     // Other tests' directories never show; only this bridge's (and, when they live under
-    // /tmp, the directories of HOME and of the program, bound back as well).
+    // /tmp, the directories of HOME and of the program, mounted as well).
     let tests: Vec<&str> = parts[0].iter().copied().filter(|l| l.starts_with("ab-e2e-")).collect();
     assert_eq!(tests, [name], "{text}");
     assert!(parts[0].iter().any(|l| l.starts_with("fake-agent-exec-")), "{text}");
-    assert_eq!(parts[1], ["docs", "repo", "state"], "{text}");
+    // Its workdir, and `state` for the path to the fake runtime's session store; the other
+    // workdir (`docs`) is not in this task's view at all.
+    assert_eq!(parts[1], ["repo", "state"], "{text}");
     assert_eq!(parts[2], ["here"], "{text}");
     let private = b.state_dir.join("tmp").join(&id);
     b.wait_released(&id, 1).await;

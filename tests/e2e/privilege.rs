@@ -105,3 +105,154 @@ async fn a_task_cannot_type_into_the_operators_terminal() {
     let open = String::from_utf8_lossy(&out.stdout);
     assert!(!open.contains("sti=EPERM") && open.contains("tcgets=ok"), "{open}");
 }
+
+/// A bridge laid out in the operator's home, as `deployment/install.sh` lays it out: `$HOME`
+/// is the test's directory, holding the bridge's state, socket, locks and `.env` (the checkout
+/// it was installed from), both workdirs, another repository, and the secrets an operator has:
+/// an SSH key, cloud credentials, both runtimes' credentials, `~/.claude.json` with an MCP key,
+/// a shell profile, a user unit, the install's `current` link.
+async fn bridge_in_a_home(options: Options) -> TestBridge {
+    let mut b = TestBridge::prepare(options);
+    let home = b.root();
+    for (path, text) in HOME_FILES {
+        let file = home.join(path);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, text).expect("write");
+    }
+    std::fs::write(b.docs.join("notes.md"), "another workdir's notes\n").expect("docs");
+    let release = home.join(".local/share/agent-bridge/releases/r1");
+    std::fs::create_dir_all(&release).expect("release");
+    std::os::unix::fs::symlink(&release, home.join(".local/share/agent-bridge/current")).expect("current");
+    b.set_var("HOME", &home.display().to_string());
+    b.spawn().await;
+    b
+}
+
+/// The operator's files (relative to `$HOME`) a task must never read.
+const HOME_FILES: &[(&str, &str)] = &[
+    (".ssh/id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n"),
+    (".aws/credentials", "[default]\naws_secret_access_key = secret\n"),
+    (".claude.json", "{\"mcpServers\":{\"agent-bridge\":{\"headers\":{\"Authorization\":\"Bearer secret\"}}}}\n"),
+    (".codex/auth.json", "{\"OPENAI_API_KEY\":\"secret\"}\n"),
+    (".claude/.credentials.json", "{\"claudeAiOauth\":{\"accessToken\":\"secret\"}}\n"),
+    (".bashrc", "# the operator's shell\n"),
+    (".config/systemd/user/agent-bridge.service", "[Service]\nExecStart=/bin/true\n"),
+    ("src/other-repo/README", "another repository\n"),
+];
+
+/// Runs `script` (sh) in a fake task of `b` in workdir `workdir` with `profile`; its output.
+async fn script_in_task(b: &TestBridge, workdir: &str, profile: &str, script: &str) -> String {
+    let dir = if workdir == "docs" { &b.docs } else { &b.repo };
+    let name = format!("probe-{}.sh", crate::leftovers::PAUSE_MS ^ dir.as_os_str().len() as u64);
+    std::fs::write(dir.join(&name), script).expect("script");
+    let id = b.submit_ok(json!({ "workdir": workdir, "profile": profile, "prompt": format!("exec:sh {name}") })).await;
+    let end = b.wait_terminal(&id).await;
+    assert_eq!(end["status"], "succeeded", "{end:#}");
+    end["final_response"].as_str().expect("final_response").to_owned()
+}
+
+/// Every secret an operator keeps in the home directory, the `.env` the bridge came from,
+/// another workdir and another repository: none of it is in a task's view. The control: the
+/// same reads from the operator's shell succeed.
+#[tokio::test]
+async fn a_task_reads_none_of_the_operators_secrets_nor_another_workdir() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let b = bridge_in_a_home(Options::default()).await;
+    let home = b.root();
+    let mut targets: Vec<std::path::PathBuf> = HOME_FILES.iter().map(|(p, _)| home.join(p)).collect();
+    targets.push(b.env_file.clone());
+    targets.push(b.docs.join("notes.md"));
+    // Each read reports by its number (the output's host paths are redacted).
+    let script: String = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("cat '{}' >/dev/null 2>&1 && echo 'read {i}' || echo 'denied {i}'\n", t.display()))
+        .collect();
+    let text = script_in_task(&b, "repo", "workspace-write", &script).await;
+    for (i, target) in targets.iter().enumerate() {
+        assert!(
+            text.contains(&format!("denied {i}\n")) || text.ends_with(&format!("denied {i}")),
+            "a task read {target:?}:\n{text}"
+        );
+        assert!(std::fs::read(target).is_ok(), "the operator reads {target:?}");
+    }
+    // The home as a task sees it: nothing but what its view holds (its workdir, and the path to
+    // the fake runtime's session store).
+    let text = script_in_task(&b, "repo", "workspace-write", &format!("ls -A '{}'\n", home.display())).await;
+    let seen: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(seen, ["repo", "state"], "the home as a task sees it: {text}");
+}
+
+/// Writes outside the task's workdir: the shell profile, a user unit, the install's `current`
+/// link, another workdir. What a task writes in its home stays in its own empty one, gone
+/// with it; another workdir is not there; nothing reaches the host. The task's own workdir is
+/// writable.
+#[tokio::test]
+async fn a_task_writes_nowhere_but_its_workdir() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let b = bridge_in_a_home(Options::default()).await;
+    let home = b.root();
+    let script = format!(
+        "(echo evil >> '{home}/.bashrc') >/dev/null 2>&1; echo 1
+(mkdir -p '{home}/.config/systemd/user' && echo x > '{home}/.config/systemd/user/evil.service') >/dev/null 2>&1; echo 2
+(mkdir -p '{home}/.local/share/agent-bridge' && ln -sfn /tmp '{home}/.local/share/agent-bridge/current') >/dev/null 2>&1; echo 3
+(echo x > '{docs}/planted') >/dev/null 2>&1 && echo 'wrote docs' || echo 'denied docs'
+echo mine > own.txt && echo 'wrote own'
+",
+        home = home.display(),
+        docs = b.docs.display()
+    );
+    let text = script_in_task(&b, "repo", "workspace-write", &script).await;
+    assert!(text.contains("denied docs") && text.contains("wrote own"), "{text}");
+    assert_eq!(std::fs::read_to_string(home.join(".bashrc")).expect("bashrc"), "# the operator's shell\n");
+    assert!(!home.join(".config/systemd/user/evil.service").exists());
+    let current = std::fs::read_link(home.join(".local/share/agent-bridge/current")).expect("current");
+    assert!(current.ends_with("releases/r1"), "{current:?}");
+    assert!(!b.docs.join("planted").exists());
+    assert_eq!(std::fs::read_to_string(b.repo.join("own.txt")).expect("own"), "mine\n");
+}
+
+/// A read-only workdir, and the `review` profile on a writable one: the mount refuses the
+/// write, whatever the agent was told.
+#[tokio::test]
+async fn read_only_is_enforced_by_the_mount() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let b = TestBridge::start().await;
+    for (workdir, dir) in [("docs", &b.docs), ("repo", &b.repo)] {
+        let text = script_in_task(&b, workdir, "review", "(echo x > planted) 2>&1 || echo denied\n").await;
+        assert!(text.contains("Read-only file system") && text.contains("denied"), "{workdir}: {text}");
+        assert!(!dir.join("planted").exists(), "{workdir}");
+    }
+}
+
+/// The trick that un-hid an emptied path: rename its parent and put your own socket where the
+/// bridge's was. No ancestor of the bridge's files is in the view: whatever the task renames or
+/// binds is in its own empty home. On the host the store and the socket are the bridge's.
+#[tokio::test]
+async fn renaming_a_parent_uncovers_nothing() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let b = bridge_in_a_home(Options::default()).await;
+    let (state, run) = (b.state_dir.display().to_string(), b.socket.parent().expect("run").display().to_string());
+    let script = format!(
+        "(mv '{state}' '{state}.x') >/dev/null 2>&1; echo 1
+(mv '{run}' '{run}.x') >/dev/null 2>&1; echo 2
+mkdir -p '{run}' && python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('{run}/bridge.sock'); print('bound')\"
+ls -A '{state}' 2>/dev/null | grep -c sqlite || true
+"
+    );
+    let text = script_in_task(&b, "repo", "workspace-write", &script).await;
+    assert!(text.contains("bound"), "the task binds in its own home: {text}");
+    assert_eq!(text.lines().last(), Some("0"), "no store in the task's view: {text}");
+    assert!(b.state_dir.join("bridge.sqlite3").exists(), "the store is where it was");
+    assert!(!b.root().join("state.x").exists() && !b.root().join("run.x").exists());
+    // The socket at the host's path is still the bridge's: it answers.
+    assert_eq!(b.health().await.expect("health")["status"], "ok");
+}

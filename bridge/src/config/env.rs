@@ -153,23 +153,10 @@ fn read_sandbox(reader: &mut Reader<'_>) -> Option<SandboxSettings> {
     if mode.is_none() {
         reader.refuse(key, format!("{} is not a sandbox mode (use auto, required or off)", shown(key, text)));
     }
-    let key = "SERVERFS_AGENT_SANDBOX_HIDE";
-    let mut hide = Vec::new();
-    let mut ok = true;
-    for item in reader.list(key) {
-        match super::values::expand_path(&item, reader.home()) {
-            Ok(path) if path.components().count() > 1 => hide.push(path),
-            Ok(_) => {
-                reader.refuse(key, format!("{item:?} would hide the whole filesystem; name a directory or a file"));
-                ok = false;
-            }
-            Err(problem) => {
-                reader.refuse(key, format!("{item:?} {problem}"));
-                ok = false;
-            }
-        }
-    }
-    Some(SandboxSettings { mode: mode?, hide }).filter(|_| ok)
+    let hide = reader.path_list("SERVERFS_AGENT_SANDBOX_HIDE", "would hide the whole filesystem");
+    let read = reader.path_list("SERVERFS_AGENT_SANDBOX_READ", "would show tasks the whole filesystem");
+    let write = reader.path_list("SERVERFS_AGENT_SANDBOX_WRITE", "would let tasks write the whole filesystem");
+    Some(SandboxSettings { mode: mode?, hide: hide?, read: read?, write: write? })
 }
 
 /// Reads the lifecycle limits (seed 001 §4) and the result spool threshold.

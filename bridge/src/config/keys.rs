@@ -245,6 +245,18 @@ pub static KEYS: &[KeySpec] = &[
         "More paths the task sandbox replaces by empty directories, comma-separated, absolute or ~/.",
     ),
     ours(
+        "SERVERFS_AGENT_SANDBOX_READ",
+        None,
+        Group::Policy,
+        "Paths every task may read (its view holds only the system, its workdir and its runtime's home): comma-separated, absolute or ~/, e.g. ~/.cargo/bin,~/.rustup,~/.nvm.",
+    ),
+    ours(
+        "SERVERFS_AGENT_SANDBOX_WRITE",
+        None,
+        Group::Policy,
+        "Paths every task may read and write, e.g. a build cache: comma-separated, absolute or ~/.",
+    ),
+    ours(
         "SERVERFS_AGENT_BRIDGE_SOCKET",
         None,
         Group::Front,
@@ -509,6 +521,18 @@ pub static KEYS: &[KeySpec] = &[
         None,
         Group::Workdir,
         "This workdir's runtimes; empty inherits SERVERFS_AGENT_RUNTIMES.",
+    ),
+    ours(
+        "WORKDIR_NN_SANDBOX_READ",
+        None,
+        Group::Workdir,
+        "Paths this workdir's tasks may read beyond SERVERFS_AGENT_SANDBOX_READ; comma-separated, absolute or ~/.",
+    ),
+    ours(
+        "WORKDIR_NN_SANDBOX_WRITE",
+        None,
+        Group::Workdir,
+        "Paths this workdir's tasks may read and write beyond SERVERFS_AGENT_SANDBOX_WRITE.",
     ),
     serverfs("SERVERFS_IMAGE", "The ServerFS container image."),
     serverfs("SERVERFS_AGENT_BRIDGE_ENABLED", "ServerFS's master switch for its own bridge."),

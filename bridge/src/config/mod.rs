@@ -138,6 +138,12 @@ pub struct SandboxSettings {
     /// `SERVERFS_AGENT_SANDBOX_HIDE`: more absolute paths replaced by empty directories.
     #[serde(default)]
     pub hide: Vec<PathBuf>,
+    /// `SERVERFS_AGENT_SANDBOX_READ`: paths every task may read.
+    #[serde(default)]
+    pub read: Vec<PathBuf>,
+    /// `SERVERFS_AGENT_SANDBOX_WRITE`: paths every task may read and write.
+    #[serde(default)]
+    pub write: Vec<PathBuf>,
 }
 
 /// `SERVERFS_LOG_LEVEL`: the daemon's log level, spelled as ServerFS spells it.
@@ -393,6 +399,12 @@ pub struct Workdir {
     pub agent_mode: AgentMode,
     /// The runtimes allowed here (empty when the mode is `disabled`).
     pub runtimes: Vec<RuntimeName>,
+    /// `WORKDIR_NN_SANDBOX_READ`: more paths this workdir's tasks may read.
+    #[serde(default)]
+    pub sandbox_read: Vec<PathBuf>,
+    /// `WORKDIR_NN_SANDBOX_WRITE`: more paths this workdir's tasks may read and write.
+    #[serde(default)]
+    pub sandbox_write: Vec<PathBuf>,
 }
 
 /// Why a JSON config file could not be loaded.

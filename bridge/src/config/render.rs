@@ -177,6 +177,8 @@ mod tests {
                 read_only: false,
                 agent_mode: AgentMode::WorkspaceWrite,
                 runtimes: vec![RuntimeName::Fake],
+                sandbox_read: vec![],
+                sandbox_write: vec![],
             }],
             board_addr: crate::config::default_board_addr(),
             board_socket: None,

@@ -145,6 +145,27 @@ impl<'a> Reader<'a> {
         split_list(self.effective(key).unwrap_or(""))
     }
 
+    /// A comma-separated list of absolute (or `~/`) paths, none of them `/` (`root` says why
+    /// `/` is refused); `None`, with every problem recorded, when an item is refused.
+    pub(super) fn path_list(&mut self, key: &str, root: &str) -> Option<Vec<PathBuf>> {
+        let mut paths = Vec::new();
+        let mut ok = true;
+        for item in self.list(key) {
+            match expand_path(&item, self.home()) {
+                Ok(path) if path.components().count() > 1 => paths.push(path),
+                Ok(_) => {
+                    self.refuse(key, format!("{item:?} {root}; name a directory or a file"));
+                    ok = false;
+                }
+                Err(problem) => {
+                    self.refuse(key, format!("{item:?} {problem}"));
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(paths)
+    }
+
     /// Records the error of `parsed`, if any, against `key`.
     fn check<T>(&mut self, key: &str, parsed: Result<T, String>) -> Option<T> {
         parsed.map_err(|message| self.refuse(key, message)).ok()

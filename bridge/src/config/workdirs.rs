@@ -47,6 +47,8 @@ struct SlotKeys {
     read_only: String,
     mode: String,
     runtimes: String,
+    sandbox_read: String,
+    sandbox_write: String,
 }
 
 impl SlotKeys {
@@ -58,6 +60,8 @@ impl SlotKeys {
             read_only: slot_key(slot, "READ_ONLY"),
             mode: slot_key(slot, "AGENT_MODE"),
             runtimes: slot_key(slot, "AGENT_RUNTIMES"),
+            sandbox_read: slot_key(slot, "SANDBOX_READ"),
+            sandbox_write: slot_key(slot, "SANDBOX_WRITE"),
         }
     }
 }
@@ -84,6 +88,8 @@ fn read_slot(
         let message = "contains a line break or control character (one line only)";
         reader.refuse(&keys.description, message);
     }
+    let sandbox_read = reader.path_list(&keys.sandbox_read, "would show tasks the whole filesystem");
+    let sandbox_write = reader.path_list(&keys.sandbox_write, "would let tasks write the whole filesystem");
     let (agent_mode, runtimes) = effective_policy(reader, &keys, policy, read_only?)?;
     (alias_ok && description_ok).then_some(Workdir {
         slot,
@@ -93,6 +99,8 @@ fn read_slot(
         read_only: read_only?,
         agent_mode,
         runtimes,
+        sandbox_read: sandbox_read?,
+        sandbox_write: sandbox_write?,
     })
 }
 
@@ -173,7 +181,7 @@ fn effective_policy(
 /// Refuses agent settings on a slot that has neither ALIAS nor PATH, where they would do nothing.
 fn check_unused_slot(reader: &mut Reader<'_>, slot: u8, read_only: Option<bool>) {
     let unused = format!("slot {slot:02} has no ALIAS or PATH, so this setting has no effect");
-    for suffix in ["AGENT_MODE", "AGENT_RUNTIMES"] {
+    for suffix in ["AGENT_MODE", "AGENT_RUNTIMES", "SANDBOX_READ", "SANDBOX_WRITE"] {
         let key = slot_key(slot, suffix);
         if !reader.raw(&key).is_empty() {
             reader.refuse(&key, format!("{unused}: set the slot's ALIAS and PATH, or clear it"));

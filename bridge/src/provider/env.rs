@@ -112,6 +112,25 @@ impl BaseEnv {
     }
 }
 
+/// A runtime's own home as a child's environment `env` names it: `var` (`CODEX_HOME`,
+/// `CLAUDE_CONFIG_DIR`) when set, else `$HOME/<default>` (`.codex`, `.claude`). The task
+/// sandbox mounts it, and only it, of the runtime's files.
+pub fn runtime_home(env: &[(OsString, OsString)], var: &str, default: &str) -> Option<std::path::PathBuf> {
+    let get = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| std::path::PathBuf::from(v));
+    get(var).or_else(|| get("HOME").map(|h| h.join(default))).filter(|p| p.is_absolute())
+}
+
+/// Creates a runtime's home when it is missing (0700, as the CLIs make it): the sandbox can
+/// only mount what exists, and what the runtime wrote elsewhere would be gone with the task.
+pub async fn ensure_home(home: &std::path::Path) {
+    let home = home.to_owned();
+    let _ = tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(home)
+    })
+    .await;
+}
+
 /// Whether a variable must never reach a provider.
 pub fn is_scrubbed(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();

@@ -186,7 +186,9 @@ impl FakeRuntime {
             task_id: spec.task_id.clone(),
             sandbox: Some(self.containment.clone()),
             // The session store lives in the state directory, which the sandbox hides.
-            expose: vec![self.home.clone()],
+            workdir: spec.workdir_view(),
+            read: Vec::new(),
+            write: vec![self.home.clone()],
             kind: SpawnKind::Agent,
         })
         .await

@@ -39,6 +39,7 @@ pub mod seccomp;
 pub mod snapshot;
 pub mod tether;
 pub mod usage;
+pub mod view;
 
 use process::{ProofMaterial, StopProof, Supervised};
 
@@ -127,6 +128,9 @@ pub struct StartSpec {
     pub task_id: String,
     /// The resolved host cwd.
     pub cwd: PathBuf,
+    /// The workdir's root (the task sandbox mounts it read-write for `workspace-write`,
+    /// read-only for `review`).
+    pub workdir: PathBuf,
     /// The task's profile.
     pub profile: Profile,
     /// The prompt.
@@ -135,6 +139,13 @@ pub struct StartSpec {
     pub model: Option<String>,
     /// A native session to resume (continuations).
     pub resume_session: Option<String>,
+}
+
+impl StartSpec {
+    /// The workdir as the task's sandbox mounts it: its root, and whether the task may write it.
+    pub fn workdir_view(&self) -> Option<(PathBuf, bool)> {
+        Some((self.workdir.clone(), self.profile == Profile::WorkspaceWrite))
+    }
 }
 
 /// Why a provider could not start.

@@ -112,7 +112,9 @@ pub async fn output(
         env,
         task_id: marker,
         sandbox: None,
-        expose: Vec::new(),
+        workdir: None,
+        read: Vec::new(),
+        write: Vec::new(),
         kind: SpawnKind::Probe,
     })
     .await

@@ -49,9 +49,13 @@ pub struct SpawnSpec {
     pub task_id: String,
     /// The task sandbox to start the child in (`None`: uncontained, e.g. a version probe).
     pub sandbox: Option<super::sandbox::Containment>,
-    /// Paths the child needs inside the sandbox beyond its cwd and program (see
+    /// In the sandbox: the task's workdir root and whether the child may write it (see
     /// [`Containment::wrap`](super::sandbox::Containment::wrap)).
-    pub expose: Vec<PathBuf>,
+    pub workdir: Option<(PathBuf, bool)>,
+    /// In the sandbox: more paths the child reads.
+    pub read: Vec<PathBuf>,
+    /// In the sandbox: more paths the child writes (its runtime's home, a session store).
+    pub write: Vec<PathBuf>,
     /// What the child is for (whether it dies with the bridge: [`SpawnKind::dies_with_bridge`]).
     pub kind: SpawnKind,
 }
@@ -276,11 +280,16 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     // touch the filesystem); the fork itself stays on this worker thread.
     let (wrap, cgroup) = match spec.sandbox.clone() {
         Some(containment) => {
-            let mut needed = vec![spec.cwd.clone()];
-            needed.extend(spec.program.parent().map(Path::to_path_buf));
-            let (task_id, env, expose) = (spec.task_id.clone(), spec.env.clone(), spec.expose.clone());
+            let view = super::sandbox::ViewRequest {
+                program: spec.program.clone(),
+                cwd: spec.cwd.clone(),
+                workdir: spec.workdir.clone(),
+                read: spec.read.clone(),
+                write: spec.write.clone(),
+            };
+            let (task_id, env) = (spec.task_id.clone(), spec.env.clone());
             tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-                let wrap = containment.wrap(&task_id, &env, &needed, &expose)?;
+                let wrap = containment.wrap(&task_id, &env, &view)?;
                 let cgroup = containment.cgroups().map(|c| c.create(&task_id)).transpose()?;
                 Ok((wrap, cgroup))
             })

@@ -25,6 +25,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::env::BaseEnv;
+use super::view::{Access, Mounts, SystemEntry};
 use crate::config::{BridgeConfig, SandboxMode};
 
 /// What a task runs under, decided once at startup.
@@ -46,13 +47,30 @@ struct Inner {
     hidden: Vec<PathBuf>,
     /// Where each task's private `/tmp` is created.
     tmp_root: PathBuf,
-    /// The configured workdirs (bound back when they live under the host's `/tmp`).
+    /// The configured workdirs (canonical): no operator path may show one.
     workdirs: Vec<PathBuf>,
+    /// The system part of every view (decided at start).
+    system: Vec<SystemEntry>,
+    /// `SERVERFS_AGENT_SANDBOX_READ` and `_WRITE`, checked at start.
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    /// Each workdir's own `SANDBOX_READ` and `_WRITE`.
+    workdir_paths: Vec<WorkdirPaths>,
+    /// The bridge's home directory (canonical): never shown whole.
+    home: Option<PathBuf>,
     /// Where task cgroups are made, when cgroup v2 is delegated to the bridge (not with
     /// `SERVERFS_AGENT_SANDBOX=off`, which keeps the first wave's behaviour).
     cgroups: Option<super::cgroup::Cgroups>,
     /// This bridge's instance name (its state directory's digest), in its helpers' markers.
     instance: String,
+}
+
+/// One workdir's own additions to its tasks' view.
+#[derive(Debug, Clone)]
+struct WorkdirPaths {
+    root: PathBuf,
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
 }
 
 /// How to start one child inside the sandbox.
@@ -73,10 +91,9 @@ pub struct Wrap {
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
-/// The namespaces and mounts every task sandbox starts from: its own user, PID and (where the
-/// kernel offers it) cgroup namespaces, dying with the bridge, the host's filesystem at the
-/// same paths and a `/proc` of its own PID namespace. [`Containment::wrap`] adds the private
-/// `/tmp`, what is hidden and what is bound back.
+/// The namespaces every task sandbox starts in: its own user, PID and (where the kernel offers
+/// it) cgroup namespaces and session, dying with the bridge. Its filesystem is a view built from
+/// nothing ([`super::view`], [`Containment::wrap`]).
 pub const BASE_FLAGS: &[&str] = &[
     "--unshare-user",
     "--unshare-pid",
@@ -84,11 +101,6 @@ pub const BASE_FLAGS: &[&str] = &[
     "--die-with-parent",
     // A session of its own: no controlling terminal, so no `/dev/tty` of the operator's.
     "--new-session",
-    "--dev-bind",
-    "/",
-    "/",
-    "--proc",
-    "/proc",
 ];
 
 /// The descriptor bwrap writes its JSON information to (the sandbox's init pid and namespaces).
@@ -124,7 +136,11 @@ impl Containment {
                 },
             },
         };
-        let workdirs = config.workdirs.iter().map(|w| w.path.clone()).collect();
+        let workdirs: Vec<PathBuf> =
+            config.workdirs.iter().map(|w| w.path.canonicalize().unwrap_or_else(|_| w.path.clone())).collect();
+        let home = base_env.get("HOME").map(PathBuf::from).and_then(|h| h.canonicalize().ok());
+        let (read, write, workdir_paths) = operator_paths(config, &hidden, &workdirs, home.as_deref())?;
+        let system = super::view::system();
         let cgroups = match config.sandbox.mode {
             SandboxMode::Off => None,
             SandboxMode::Auto | SandboxMode::Required => super::cgroup::Cgroups::detect(&config.state_dir),
@@ -138,6 +154,11 @@ impl Containment {
             hidden,
             tmp_root,
             workdirs,
+            system,
+            read,
+            write,
+            workdir_paths,
+            home,
             cgroups,
             instance,
         };
@@ -155,6 +176,11 @@ impl Containment {
                 hidden: Vec::new(),
                 tmp_root: std::env::temp_dir(),
                 workdirs: Vec::new(),
+                system: Vec::new(),
+                read: Vec::new(),
+                write: Vec::new(),
+                workdir_paths: Vec::new(),
+                home: None,
                 cgroups: None,
                 instance: "none".to_owned(),
             }),
@@ -241,20 +267,20 @@ impl Containment {
         })
     }
 
-    /// How to start a child of `task_id` in the sandbox (`None` when uncontained). `needed` are
-    /// the child's cwd and its program's directory (kept where they are, never uncovered);
-    /// `expose` are private paths the runtime itself uses (the fake runtime's session store),
-    /// bound back even inside a hidden directory. A cwd inside a hidden directory is refused.
-    /// Blocking (creates the private `/tmp`).
+    /// How to start a child of `task_id` in the sandbox (`None` when uncontained), in a view
+    /// built from nothing ([`super::view`]): the system, the child's `workdir` (read-write when
+    /// its flag says so, else read-only) with the operator's paths for it, `read` and `write`
+    /// (what the runtime itself needs: its home, a session store, a snapshot directory), what
+    /// `program` needs, a private `/tmp` and an empty `$HOME`. A cwd inside one of the bridge's
+    /// private paths is refused. Blocking (creates the private `/tmp`, reads the program).
     pub fn wrap(
         &self,
         task_id: &str,
         env: &[(OsString, OsString)],
-        needed: &[PathBuf],
-        expose: &[PathBuf],
+        view: &ViewRequest,
     ) -> std::io::Result<Option<Wrap>> {
         let Some((bwrap, _)) = &self.inner.bwrap else { return Ok(None) };
-        if let Some(cwd) = needed.first().and_then(|c| c.canonicalize().ok())
+        if let Ok(cwd) = view.cwd.canonicalize()
             && self.inner.hidden.iter().any(|h| cwd.starts_with(h))
         {
             return Err(std::io::Error::other("the task's directory is one of the bridge's private paths"));
@@ -266,52 +292,10 @@ impl Containment {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
+        let mounts = self.mounts(env, view);
         let mut args: Vec<OsString> = BASE_FLAGS.iter().map(OsString::from).collect();
-        args.push("--bind".into());
-        args.push(private_tmp.clone().into_os_string());
-        args.push("/tmp".into());
-        // What lives under the host's /tmp is gone with the private one; the paths the task
-        // legitimately uses there (its workdir, its home, the runtime's own directories, the
-        // program) are bound back at the same place.
-        let tmp = Path::new("/tmp");
-        let mut back: Vec<PathBuf> = Vec::new();
-        let from_env = env.iter().filter(|(k, _)| REEXPOSED_VARS.iter().any(|v| k == v)).map(|(_, v)| PathBuf::from(v));
-        let wanted = self.inner.workdirs.iter().chain(needed).chain(expose).cloned();
-        for path in from_env.chain(wanted) {
-            let Ok(path) = path.canonicalize() else { continue };
-            if path.starts_with(tmp) && path != tmp && !back.iter().any(|b| path.starts_with(b)) {
-                back.retain(|b| !b.starts_with(&path));
-                back.push(path);
-            }
-        }
-        for path in &back {
-            args.extend(["--bind".into(), path.clone().into_os_string(), path.clone().into_os_string()]);
-        }
-        let mut read_only = Vec::new();
-        for path in &self.inner.hidden {
-            // Under /tmp, only what was bound back is visible at all; what does not exist
-            // (yet) cannot be mounted over and holds nothing.
-            if (path.starts_with(tmp) && !back.iter().any(|b| path.starts_with(b))) || !path.exists() {
-                continue;
-            }
-            if path.is_dir() {
-                args.extend(["--tmpfs".into(), path.clone().into_os_string()]);
-                read_only.push(path.clone());
-            } else {
-                args.extend(["--ro-bind".into(), "/dev/null".into(), path.clone().into_os_string()]);
-            }
-        }
-        // A runtime's own private directory inside a hidden one comes back after the hiding,
-        // before the emptied directories become read-only (its mount point is made in them).
-        for path in expose {
-            let Ok(path) = path.canonicalize() else { continue };
-            if self.inner.hidden.iter().any(|h| path.starts_with(h)) {
-                args.extend(["--bind".into(), path.clone().into_os_string(), path.clone().into_os_string()]);
-            }
-        }
-        for path in read_only {
-            args.extend(["--remount-ro".into(), path.into_os_string()]);
-        }
+        args.extend(super::view::args(&self.inner.system, Some(&*private_tmp), &mounts, &self.inner.hidden));
+        args.extend(["--chdir".into(), view.cwd.clone().into_os_string()]);
         args.extend(["--setenv".into(), "TMPDIR".into(), "/tmp".into()]);
         let seccomp = self.seccomp();
         if seccomp {
@@ -320,18 +304,92 @@ impl Containment {
         args.extend(["--info-fd".into(), INFO_FD.to_string().into(), "--".into()]);
         Ok(Some(Wrap { bwrap: bwrap.clone(), args, private_tmp, seccomp }))
     }
+
+    /// What one child's view holds beyond the system part. Blocking (reads the program).
+    fn mounts(&self, env: &[(OsString, OsString)], view: &ViewRequest) -> Mounts {
+        let inner = &self.inner;
+        let mut mounts = Mounts::default();
+        let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        // The private, empty home (a runtime's own home and the operator's paths go into it).
+        if let Some(home) = var("HOME").map(PathBuf::from).filter(|h| h.is_absolute() && h.components().count() > 1) {
+            mounts.add(home, Access::Empty);
+        }
+        mounts.add(PathBuf::from("/var/tmp"), Access::Empty);
+        // A runtime directory of its own, empty (the operator's session sockets live in theirs).
+        if let Some(dir) =
+            var("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| d.is_absolute() && d.components().count() > 1)
+        {
+            mounts.add(dir, Access::Empty);
+        }
+        let existing = |p: &PathBuf| p.canonicalize().ok();
+        let refuse = |p: &Path| self.too_wide(p);
+        for need in super::view::program_needs(&view.program, var("PATH").as_deref(), &refuse) {
+            mounts.add(need, Access::Read);
+        }
+        let mut read: Vec<PathBuf> = inner.read.clone();
+        let mut write: Vec<PathBuf> = inner.write.clone();
+        if let Some((root, writable)) = &view.workdir {
+            if let Some(extra) = inner.workdir_paths.iter().find(|w| w.root == *root) {
+                read.extend(extra.read.iter().cloned());
+                write.extend(extra.write.iter().cloned());
+            }
+            mounts.add(root.clone(), if *writable { Access::Write } else { Access::Read });
+            // A linked worktree's repository lives outside it: git needs it as the tree does.
+            if let Some(common) = linked_git_dir(root) {
+                mounts.add(common, if *writable { Access::Write } else { Access::Read });
+            }
+        }
+        read.extend(view.read.iter().cloned());
+        write.extend(view.write.iter().cloned());
+        for path in read.iter().filter_map(existing) {
+            mounts.add(path, Access::Read);
+        }
+        for path in write.iter().filter_map(existing) {
+            mounts.add(path, Access::Write);
+        }
+        mounts
+    }
+
+    /// Whether showing the tree `path` to a task would show more than it should: the home
+    /// directory or an ancestor of it, a path the bridge keeps private, a workdir.
+    fn too_wide(&self, path: &Path) -> bool {
+        let overlaps = |other: &Path| path.starts_with(other) || other.starts_with(path);
+        self.inner.home.as_deref().is_some_and(|h| h.starts_with(path))
+            || self.inner.hidden.iter().any(|h| overlaps(h))
+            || self.inner.workdirs.iter().any(|w| overlaps(w))
+    }
 }
 
-/// Variables whose directories a task keeps when they live under the host's `/tmp`.
-const REEXPOSED_VARS: &[&str] = &[
-    "HOME",
-    "CODEX_HOME",
-    "CLAUDE_CONFIG_DIR",
-    "XDG_CONFIG_HOME",
-    "XDG_CACHE_HOME",
-    "XDG_DATA_HOME",
-    "XDG_STATE_HOME",
-];
+/// What one sandboxed child's view is built from (see [`Containment::wrap`]).
+#[derive(Debug, Clone, Default)]
+pub struct ViewRequest {
+    /// The program the sandbox runs.
+    pub program: PathBuf,
+    /// Its working directory (in the workdir, or one of `write`).
+    pub cwd: PathBuf,
+    /// The task's workdir root (canonical) and whether the task may write it.
+    pub workdir: Option<(PathBuf, bool)>,
+    /// More paths it reads (a repository's objects a snapshot uses).
+    pub read: Vec<PathBuf>,
+    /// More paths it writes (its runtime's home, a session store, a snapshot directory).
+    pub write: Vec<PathBuf>,
+}
+
+/// The repository directory of a linked worktree (or submodule) whose top is `root`: its
+/// `.git` is a `gitdir:` file naming a directory outside the tree. Blocking.
+fn linked_git_dir(root: &Path) -> Option<PathBuf> {
+    let dotgit = root.join(".git");
+    if !std::fs::symlink_metadata(&dotgit).ok()?.is_file() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&dotgit).ok().filter(|t| t.len() < 4096)?;
+    let gitdir = root.join(text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim()).canonicalize().ok()?;
+    let common = match std::fs::read_to_string(gitdir.join("commondir")) {
+        Ok(c) if !c.trim().is_empty() => gitdir.join(c.trim()).canonicalize().ok()?,
+        _ => gitdir,
+    };
+    (!common.starts_with(root)).then_some(common)
+}
 
 /// What bwrap tells about a started sandbox (`--info-fd`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -385,12 +443,72 @@ fn caller_safe(reason: &str) -> String {
         .join(" ")
 }
 
+/// A trivial sandbox as tasks get it (the namespaces, the system view, a private `/tmp`) running
+/// `true`, with `extra` flags.
+fn trial_args(extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = BASE_FLAGS.iter().map(|f| f.to_string()).collect();
+    let view = super::view::args(&super::view::system(), None, &Mounts::default(), &[]);
+    args.extend(view.iter().map(|a| a.to_string_lossy().into_owned()));
+    args.extend(extra.iter().map(|e| e.to_string()));
+    args.extend(["--".to_owned(), "true".to_owned()]);
+    args
+}
+
+/// The operator's `SANDBOX_READ` and `_WRITE` paths (global, then per workdir), each
+/// canonical where it exists; refused when one would show a task what the bridge keeps
+/// private (`hidden`), a workdir (its own included: a workdir is mounted as the task's profile
+/// allows, never widened), or the whole home directory.
+#[allow(clippy::type_complexity)]
+fn operator_paths(
+    config: &BridgeConfig,
+    hidden: &[PathBuf],
+    workdirs: &[PathBuf],
+    home: Option<&Path>,
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>, Vec<WorkdirPaths>), String> {
+    let check = |key: &str, path: &PathBuf| -> Result<PathBuf, String> {
+        let path = path.canonicalize().unwrap_or_else(|_| path.clone());
+        let overlaps = |other: &Path| path.starts_with(other) || other.starts_with(&path);
+        if let Some(private) = hidden.iter().find(|h| overlaps(h)) {
+            return Err(format!(
+                "{key}: {} would show tasks {}, which the bridge keeps private",
+                path.display(),
+                private.display()
+            ));
+        }
+        if let Some((w, _)) = config.workdirs.iter().zip(workdirs).find(|(_, p)| overlaps(p)) {
+            return Err(format!(
+                "{key}: {} overlaps workdir {}: a workdir is mounted as its task's profile allows, never through this list",
+                path.display(),
+                w.alias
+            ));
+        }
+        if home.is_some_and(|h| h.starts_with(&path)) {
+            return Err(format!(
+                "{key}: {} would show tasks your whole home directory; name what they need in it",
+                path.display()
+            ));
+        }
+        Ok(path)
+    };
+    let all = |key: &str, paths: &[PathBuf]| paths.iter().map(|p| check(key, p)).collect::<Result<Vec<_>, _>>();
+    let read = all("SERVERFS_AGENT_SANDBOX_READ", &config.sandbox.read)?;
+    let write = all("SERVERFS_AGENT_SANDBOX_WRITE", &config.sandbox.write)?;
+    let mut per_workdir = Vec::new();
+    for (w, root) in config.workdirs.iter().zip(workdirs) {
+        let read = all(&crate::config::keys::slot_key(w.slot, "SANDBOX_READ"), &w.sandbox_read)?;
+        let write = all(&crate::config::keys::slot_key(w.slot, "SANDBOX_WRITE"), &w.sandbox_write)?;
+        per_workdir.push(WorkdirPaths { root: root.clone(), read, write });
+    }
+    Ok((read, write, per_workdir))
+}
+
 /// Starts one trivial sandbox with the flags tasks use; returns bwrap's version, or why the
 /// sandbox cannot run here.
 fn try_sandbox(bwrap: &Path) -> Result<String, String> {
     let version = super::process::run_bounded(bwrap, &["--version"], Duration::from_secs(10), false)
         .map_err(|e| format!("{} cannot be run: {e}; {INSTALL_HINT}", bwrap.display()))?;
-    let args: Vec<&str> = BASE_FLAGS.iter().copied().chain(["--tmpfs", "/tmp", "--", "true"]).collect();
+    let args = trial_args(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     super::process::run_bounded(bwrap, &args, Duration::from_secs(10), false)
         .map_err(|e| format!("{} cannot start a sandbox ({}): {USERNS_HINT}", bwrap.display(), e.trim()))?;
     Ok(version.trim().trim_start_matches("bubblewrap").trim().to_owned())
@@ -401,9 +519,8 @@ fn try_seccomp(bwrap: &Path) -> Result<(), String> {
     if super::seccomp::program().is_none() {
         return Err(format!("no seccomp filter is built for {}", std::env::consts::ARCH));
     }
-    let fd = SECCOMP_FD.to_string();
-    let args: Vec<&str> =
-        BASE_FLAGS.iter().copied().chain(["--tmpfs", "/tmp", "--seccomp", &fd, "--", "true"]).collect();
+    let args = trial_args(&["--seccomp", &SECCOMP_FD.to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     super::process::run_bounded(bwrap, &args, Duration::from_secs(10), true)
         .map(|_| ())
         .map_err(|e| format!("{} cannot load the seccomp filter ({})", bwrap.display(), e.trim()))

@@ -104,6 +104,9 @@ pub struct Baseline {
     /// The repository's `info/exclude`, found when the baseline was taken (the end run uses
     /// the same file, whatever the agent did to `.git` meanwhile).
     exclude: Option<PathBuf>,
+    /// The repository's paths git reads outside the workdir (a linked worktree's objects,
+    /// index and excludes), mounted read-only in the snapshot's sandbox.
+    outside: Vec<PathBuf>,
 }
 
 /// What the end run produced, read back within bounds.
@@ -151,7 +154,12 @@ impl Snapshots {
         let method = if repo.is_some() { Method::Git } else { Method::Tree };
         let seed = repo.as_ref().map(|r| r.index.clone());
         let exclude = repo.as_ref().map(|r| r.exclude.clone());
-        let taken = self.run(&git, task_id, &root, dir, "baseline", seed, exclude.clone()).await;
+        let outside: Vec<PathBuf> = repo
+            .iter()
+            .flat_map(|r| [r.objects.clone(), r.index.clone(), r.exclude.clone()])
+            .filter(|p| !p.starts_with(&root) && p.exists())
+            .collect();
+        let taken = self.run(&git, task_id, (&root, &outside), dir, "baseline", seed, exclude.clone()).await;
         if let Err(e) = taken {
             let d = dir.to_owned();
             let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
@@ -164,14 +172,15 @@ impl Snapshots {
             let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
             return Err(format!("the workdir's baseline is larger than {} MiB", STORE_LIMIT >> 20));
         }
-        Ok(Baseline { dir: dir.to_owned(), root, method, exclude })
+        Ok(Baseline { dir: dir.to_owned(), root, method, exclude, outside })
     }
 
     /// Diffs the workdir against its baseline; the outputs are read back within bounds.
     pub async fn change_set(&self, task_id: &str, baseline: &Baseline) -> Result<RawChangeSet, String> {
         let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
         let exclude = baseline.exclude.clone();
-        self.run(&git, task_id, &baseline.root, &baseline.dir, "end", None, exclude).await?;
+        let tree = (baseline.root.as_path(), baseline.outside.as_slice());
+        self.run(&git, task_id, tree, &baseline.dir, "end", None, exclude).await?;
         let dir = baseline.dir.clone();
         tokio::task::spawn_blocking(move || -> Result<RawChangeSet, String> {
             let (status, status_cut) = read_bounded(&dir.join("status"), LIST_LIMIT)?;
@@ -188,7 +197,7 @@ impl Snapshots {
         &self,
         git: &Path,
         task_id: &str,
-        root: &Path,
+        (root, outside): (&Path, &[PathBuf]),
         dir: &Path,
         phase: &str,
         seed_index: Option<PathBuf>,
@@ -238,7 +247,10 @@ impl Snapshots {
             env,
             task_id: task_id.to_owned(),
             sandbox: Some(self.containment.clone()),
-            expose: vec![dir.to_owned()],
+            // The workdir is only read: git writes the private store and index.
+            workdir: Some((root.to_owned(), false)),
+            read: outside.to_vec(),
+            write: vec![dir.to_owned()],
             kind: if phase == "baseline" { SpawnKind::SnapshotBaseline } else { SpawnKind::SnapshotEnd },
         })
         .await

@@ -66,6 +66,7 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     let spec = StartSpec {
         task_id: task_id.clone(),
         cwd: job.cwd.clone(),
+        workdir: job.workdir_root.clone(),
         profile: job.profile,
         prompt: std::mem::take(&mut job.prompt),
         model: job.model.clone(),

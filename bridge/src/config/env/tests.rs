@@ -202,6 +202,8 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 read_only: true,
                 agent_mode: AgentMode::Review,
                 runtimes: vec![RuntimeName::Codex, RuntimeName::Claude],
+                sandbox_read: vec![],
+                sandbox_write: vec![],
             },
             Workdir {
                 slot: 2,
@@ -211,6 +213,8 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 read_only: false,
                 agent_mode: AgentMode::WorkspaceWrite,
                 runtimes: vec![RuntimeName::Fake, RuntimeName::Codex],
+                sandbox_read: vec![],
+                sandbox_write: vec![],
             },
             Workdir {
                 slot: 5,
@@ -220,6 +224,8 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 read_only: true,
                 agent_mode: AgentMode::Disabled,
                 runtimes: vec![],
+                sandbox_read: vec![],
+                sandbox_write: vec![],
             },
         ],
     };

@@ -137,14 +137,21 @@ impl ClaudeRuntime {
     /// session's driver.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
         let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("claude"))?;
+        let env = self.env();
+        let home = super::env::runtime_home(&env, "CLAUDE_CONFIG_DIR", ".claude");
+        if let Some(home) = &home {
+            super::env::ensure_home(home).await;
+        }
         let spawned = spawn(SpawnSpec {
             program: bin,
             args: args(&spec),
             cwd: spec.cwd.clone(),
-            env: self.env(),
+            env,
             task_id: spec.task_id.clone(),
             sandbox: Some(self.containment.clone()),
-            expose: Vec::new(),
+            workdir: spec.workdir_view(),
+            read: Vec::new(),
+            write: home.into_iter().collect(),
             kind: SpawnKind::Agent,
         })
         .await

@@ -49,15 +49,26 @@ impl ClaudeRuntime {
         let bin = self.bin.clone().ok_or("no executable is configured (SERVERFS_CLAUDE_BIN)")?;
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| std::path::PathBuf::from("/"));
         let marker = self.containment.helper_marker("models-claude");
+        let env = self.env();
+        let home = super::super::env::runtime_home(&env, "CLAUDE_CONFIG_DIR", ".claude");
+        if let Some(home) = &home {
+            super::super::env::ensure_home(home).await;
+        }
+        let cwd = match &home {
+            Some(home) if cwd == std::path::Path::new("/") => home.clone(),
+            _ => cwd,
+        };
         let spawned = spawn(SpawnSpec {
             program: bin,
             // A task's I/O settings, and never a prompt.
             args: super::BASE_ARGS.iter().map(Into::into).collect(),
             cwd,
-            env: self.env(),
+            env,
             task_id: marker,
             sandbox: Some(self.containment.clone()),
-            expose: Vec::new(),
+            workdir: None,
+            read: Vec::new(),
+            write: home.into_iter().collect(),
             kind: SpawnKind::Probe,
         })
         .await

@@ -47,6 +47,7 @@ async fn start(resume: Option<&str>) -> (Peer, mpsc::Receiver<ProviderEvent>, mp
     let spec = StartSpec {
         task_id: "agt_test".into(),
         cwd: "/w".into(),
+        workdir: "/w".into(),
         profile: Profile::WorkspaceWrite,
         prompt: "hello".into(),
         model: None,

@@ -141,6 +141,7 @@ impl CodexRuntime {
         &self,
         task_id: &str,
         cwd: &Path,
+        workdir: Option<(PathBuf, bool)>,
         contained: bool,
     ) -> Result<(Session, rpc::Rpc, Channels), StartError> {
         let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("codex"))?;
@@ -150,14 +151,21 @@ impl CodexRuntime {
             let at = args.len() - 1;
             args.splice(at..at, self.operator_mcp_off(&bin, cwd).await?);
         }
+        let env = self.env();
+        let home = super::env::runtime_home(&env, "CODEX_HOME", ".codex");
+        if let Some(home) = home.as_ref().filter(|_| contained) {
+            super::env::ensure_home(home).await;
+        }
         let spawned = spawn(SpawnSpec {
             program: bin,
             args,
             cwd: cwd.to_owned(),
-            env: self.env(),
+            env,
             task_id: task_id.to_owned(),
             sandbox: contained.then(|| self.containment.clone()),
-            expose: Vec::new(),
+            workdir,
+            read: Vec::new(),
+            write: home.into_iter().collect(),
             // Not contained: the model listing's child, a short-lived helper.
             kind: if contained { SpawnKind::Agent } else { SpawnKind::Probe },
         })
@@ -186,7 +194,7 @@ impl CodexRuntime {
     /// once: the handshake runs in the session's driver, so the recovery guard can record the
     /// child before anything else happens.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
-        let (mut session, rpc, ch) = self.spawn_child(&spec.task_id, &spec.cwd, true).await?;
+        let (mut session, rpc, ch) = self.spawn_child(&spec.task_id, &spec.cwd, spec.workdir_view(), true).await?;
         let driver = driver::Driver {
             rpc,
             incoming: ch.incoming,
@@ -224,7 +232,7 @@ impl CodexRuntime {
         }
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
         let marker = format!("models-codex-{}", crate::ids::request_id());
-        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd, false).await {
+        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd, None, false).await {
             Ok(parts) => parts,
             Err(e) => return unavailable(e.message),
         };
