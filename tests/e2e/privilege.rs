@@ -256,3 +256,105 @@ ls -A '{state}' 2>/dev/null | grep -c sqlite || true
     // The socket at the host's path is still the bridge's: it answers.
     assert_eq!(b.health().await.expect("health")["status"], "ok");
 }
+
+/// The operator widens a workdir's view by name: a tools directory to read, a cache to write.
+/// The task reads the one and cannot write it, writes the other, and the host sees it.
+#[tokio::test]
+async fn the_operator_widens_the_view_by_name() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let mut b = TestBridge::prepare(Options::default());
+    let root = b.root();
+    for dir in ["tools", "cache"] {
+        std::fs::create_dir_all(root.join(dir)).expect("dir");
+    }
+    std::fs::write(root.join("tools/tool.txt"), "a tool\n").expect("tool");
+    let env = std::fs::read_to_string(&b.env_file).expect("env")
+        + &format!(
+            "WORKDIR_01_SANDBOX_READ={}\nSERVERFS_AGENT_SANDBOX_WRITE={}\n",
+            root.join("tools").display(),
+            root.join("cache").display()
+        );
+    std::fs::write(&b.env_file, env).expect("env");
+    b.spawn().await;
+    let script = format!(
+        "cat '{tools}/tool.txt'\n(echo x > '{tools}/planted') >/dev/null 2>&1 && echo 'wrote tools' || echo 'denied tools'\necho cached > '{cache}/out' && echo 'wrote cache'\n",
+        tools = root.join("tools").display(),
+        cache = root.join("cache").display()
+    );
+    let text = script_in_task(&b, "repo", "workspace-write", &script).await;
+    assert_eq!(text.lines().skip(1).collect::<Vec<_>>(), ["a tool", "denied tools", "wrote cache"], "{text}");
+    assert!(!root.join("tools/planted").exists());
+    assert_eq!(std::fs::read_to_string(root.join("cache/out")).expect("cache"), "cached\n");
+    // Only that workdir's tasks see its tools.
+    let text = script_in_task(
+        &b,
+        "docs",
+        "review",
+        &format!("cat '{}/tool.txt' 2>&1 || echo denied\n", root.join("tools").display()),
+    )
+    .await;
+    assert!(text.contains("denied"), "{text}");
+}
+
+/// A path that would show tasks what the bridge keeps private, a workdir, or the whole home
+/// is refused at start, naming the key and the reason.
+#[tokio::test]
+async fn widening_the_view_onto_private_files_a_workdir_or_the_home_is_refused_at_start() {
+    let b = TestBridge::prepare(Options::default());
+    let root = b.root();
+    let cases = [
+        (format!("SERVERFS_AGENT_SANDBOX_READ={}", b.state_dir.display()), "which the bridge keeps private"),
+        (format!("WORKDIR_01_SANDBOX_WRITE={}", b.docs.display()), "overlaps workdir docs"),
+        (format!("SERVERFS_AGENT_SANDBOX_READ={}", root.parent().expect("parent").display()), "keeps private"),
+    ];
+    for (line, why) in cases {
+        let env = base_lines(&b) + &line + "\n";
+        let file = root.join("refused.env");
+        std::fs::write(&file, env).expect("env");
+        let out = b.serve_until_exit(Some(&file), std::time::Duration::from_secs(20)).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{line}: {stderr}");
+        assert!(stderr.contains(why) && stderr.contains(line.split('=').next().unwrap_or("")), "{line}: {stderr}");
+    }
+    // The whole home: named as such.
+    let env = base_lines(&b) + &format!("SERVERFS_AGENT_SANDBOX_READ={}\n", root.join("home").display());
+    std::fs::create_dir_all(root.join("home")).expect("home");
+    let file = root.join("refused.env");
+    std::fs::write(&file, env).expect("env");
+    let out = tokio::process::Command::new(e2e::bridge_bin())
+        .args(["serve", "--env-file"])
+        .arg(&file)
+        .env("HOME", root.join("home"))
+        .output()
+        .await
+        .expect("serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("your whole home directory"), "{stderr}");
+}
+
+/// The test bridge's `.env`, as written.
+fn base_lines(b: &TestBridge) -> String {
+    std::fs::read_to_string(&b.env_file).expect("env")
+}
+
+/// The bridge trusts its socket file by identity (device and inode): one someone put at its
+/// path is not removed at the stop (and the bridge says so), its own is.
+#[tokio::test]
+async fn the_bridge_removes_only_its_own_socket_file() {
+    let mut b = TestBridge::start().await;
+    let own = b.socket.with_extension("own");
+    std::fs::rename(&b.socket, &own).expect("move the socket aside");
+    std::fs::write(&b.socket, "someone else's file").expect("plant a file");
+    // An orderly stop (SIGTERM): the file at the path is not the one the bridge bound.
+    assert!(b.stop().await.success());
+    assert_eq!(std::fs::read_to_string(&b.socket).expect("left"), "someone else's file");
+    assert!(b.log().contains("the socket path is not this bridge's socket any more"), "{}", b.log());
+    std::fs::remove_file(&b.socket).expect("clean");
+    std::fs::rename(&own, &b.socket).expect("back");
+    // Its own file: removed at the stop.
+    b.spawn().await;
+    assert!(b.stop().await.success());
+    assert!(!b.socket.exists(), "the bridge removed its own socket");
+}

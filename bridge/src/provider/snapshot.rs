@@ -26,6 +26,15 @@ use super::tether::SpawnKind;
 
 /// The largest unified diff kept (a longer one is cut, and says so).
 pub const PATCH_LIMIT: usize = 8 * 1024 * 1024;
+/// Why no change set is recorded when the private directory is not the one the baseline made.
+const REPLACED: &str = "the snapshot directory was replaced since the baseline: nothing in it is trusted";
+
+/// A directory's device and inode (the path itself not followed). Blocking.
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir()).map(|m| (m.dev(), m.ino()))
+}
+
 /// The largest file list read back (name-status and numstat, each).
 const LIST_LIMIT: u64 = 4 * 1024 * 1024;
 /// How long one snapshot run may take.
@@ -107,6 +116,9 @@ pub struct Baseline {
     /// The repository's paths git reads outside the workdir (a linked worktree's objects,
     /// index and excludes), mounted read-only in the snapshot's sandbox.
     outside: Vec<PathBuf>,
+    /// The private directory's device and inode when it was made: it is trusted, before the
+    /// diff runs and before its outputs are read, only while it is still that directory.
+    identity: Option<(u64, u64)>,
 }
 
 /// What the end run produced, read back within bounds.
@@ -148,9 +160,12 @@ impl Snapshots {
     pub async fn baseline(&self, task_id: &str, root: &Path, dir: &Path) -> Result<Baseline, String> {
         let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
         let (d, r) = (dir.to_owned(), root.to_owned());
-        let (root, repo) = tokio::task::spawn_blocking(move || prepare(&d, &r))
-            .await
-            .map_err(|_| "the snapshot directory could not be prepared".to_owned())??;
+        let (root, repo, identity) = tokio::task::spawn_blocking(move || {
+            let (root, repo) = prepare(&d, &r)?;
+            Ok::<_, String>((root, repo, identity(&d)))
+        })
+        .await
+        .map_err(|_| "the snapshot directory could not be prepared".to_owned())??;
         let method = if repo.is_some() { Method::Git } else { Method::Tree };
         let seed = repo.as_ref().map(|r| r.index.clone());
         let exclude = repo.as_ref().map(|r| r.exclude.clone());
@@ -172,7 +187,7 @@ impl Snapshots {
             let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
             return Err(format!("the workdir's baseline is larger than {} MiB", STORE_LIMIT >> 20));
         }
-        Ok(Baseline { dir: dir.to_owned(), root, method, exclude, outside })
+        Ok(Baseline { dir: dir.to_owned(), root, method, exclude, outside, identity })
     }
 
     /// Diffs the workdir against its baseline; the outputs are read back within bounds.
@@ -180,9 +195,17 @@ impl Snapshots {
         let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
         let exclude = baseline.exclude.clone();
         let tree = (baseline.root.as_path(), baseline.outside.as_slice());
+        let (dir, expected) = (baseline.dir.clone(), baseline.identity);
+        let same = move |dir: &Path| expected.is_some() && identity(dir) == expected;
+        let d = dir.clone();
+        if !tokio::task::spawn_blocking(move || same(&d)).await.unwrap_or(false) {
+            return Err(REPLACED.to_owned());
+        }
         self.run(&git, task_id, tree, &baseline.dir, "end", None, exclude).await?;
-        let dir = baseline.dir.clone();
         tokio::task::spawn_blocking(move || -> Result<RawChangeSet, String> {
+            if !same(&dir) {
+                return Err(REPLACED.to_owned());
+            }
             let (status, status_cut) = read_bounded(&dir.join("status"), LIST_LIMIT)?;
             let (numstat, numstat_cut) = read_bounded(&dir.join("numstat"), LIST_LIMIT)?;
             let (patch, patch_cut) = read_bounded(&dir.join("patch"), PATCH_LIMIT as u64)?;

