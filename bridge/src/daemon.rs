@@ -119,6 +119,11 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     // Whichever way `run` ends (an error, a panic unwinding), nothing stays in its task cgroups.
     // (Dropped before the instance lock: a next bridge's groups live in the same directory.)
     let exit_sweep = ExitSweep(containment.cgroups().cloned());
+    if containment.contained() && containment.egress().mode() == crate::config::EgressMode::Host {
+        tracing::warn!(
+            "SERVERFS_AGENT_EGRESS=host: tasks share this machine's network, its loopback services (the board, the front) included"
+        );
+    }
     if containment.contained() {
         tracing::info!(sandbox = %containment.operator_json(), "tasks run in the bubblewrap sandbox");
     } else if config.sandbox.mode == crate::config::SandboxMode::Required {
@@ -146,7 +151,9 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     // directories go.
     let state_dir = config.state_dir.clone();
     let cgroups = tasks.providers().containment().cgroups().cloned();
+    let egress = tasks.providers().containment().egress().clone();
     let _ = tokio::task::spawn_blocking(move || {
+        egress.sweep();
         crate::provider::sandbox::sweep_private_tmps(&state_dir, &[]);
         crate::provider::snapshot::sweep(&state_dir, &[]);
         if let Some(cgroups) = cgroups {

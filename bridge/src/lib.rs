@@ -6,6 +6,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod egress;
 pub mod error;
 pub mod files;
 pub mod ids;

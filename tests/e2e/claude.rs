@@ -190,8 +190,8 @@ async fn kill_claude_mid_command(r: &RealBridge, id: &str) -> Vec<i32> {
     let bridge = r.b.pid().unwrap() as i32;
     let pids = marker_pids(id);
     // The agent itself: the bridge's child, or, in the task sandbox, the child of the
-    // sandbox's init (bwrap).
-    let sandboxed = |pid: i32| parent_of(pid).and_then(e2e::comm).is_some_and(|c| c == "bwrap");
+    // sandbox's init (bwrap) or of its relay.
+    let sandboxed = |pid: i32| parent_of(pid).is_some_and(e2e::procs::is_sandbox_frame);
     let leader = pids
         .iter()
         .copied()

@@ -183,7 +183,7 @@ async fn codex_killed_mid_turn_fails_as_disconnected_and_the_guard_is_cleared_by
         for _ in 0..4 {
             match up {
                 Some(p) if p == bridge => return true,
-                Some(p) if e2e::comm(p).is_some_and(|c| c == "bwrap") => up = parent_of(p),
+                Some(p) if e2e::procs::is_sandbox_frame(p) => up = parent_of(p),
                 _ => return false,
             }
         }

@@ -358,3 +358,106 @@ async fn the_bridge_removes_only_its_own_socket_file() {
     assert!(b.stop().await.success());
     assert!(!b.socket.exists(), "the bridge removed its own socket");
 }
+
+/// A service on the host's loopback (a dev server, the board, the front): answers `hello` to
+/// every connection and counts them.
+fn loopback_service() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = std::sync::Arc::clone(&count);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
+    (port, count)
+}
+
+/// Run in a task: a GET of `$1` through the proxy the environment names, and straight.
+const FETCH: &str = r#"
+import json, sys, urllib.request, urllib.error
+out = {}
+def get(name, opener):
+    try:
+        out[name] = "ok " + opener.open(sys.argv[1], timeout=10).read().decode()
+    except urllib.error.HTTPError as e:
+        out[name] = "http %d" % e.code
+    except Exception as e:
+        out[name] = type(e).__name__
+get("proxied", urllib.request.build_opener())
+get("direct", urllib.request.build_opener(urllib.request.ProxyHandler({})))
+print(json.dumps(out, sort_keys=True))
+"#;
+
+/// What `FETCH` reported from a task of `b` in `repo`.
+async fn fetch_from_a_task(b: &TestBridge, url: &str) -> (String, serde_json::Value) {
+    std::fs::write(b.repo.join("fetch.py"), FETCH).expect("script");
+    let id = b.submit(&format!("exec:python3 fetch.py {url}")).await;
+    let end = b.wait_terminal(&id).await;
+    let text = end["final_response"].as_str().unwrap_or_default().to_owned();
+    let report =
+        serde_json::from_str(text.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (id, report)
+}
+
+/// A task has a network of its own: the host's loopback services are not there, and the
+/// proxy it is given refuses them (`403`, an `egress.denied` event the caller sees). Nothing
+/// reaches the service. The operator allows one by name and only that one is reached.
+#[tokio::test]
+async fn a_task_reaches_no_loopback_service_unless_it_is_allowed() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let (port, count) = loopback_service();
+    let (other, other_count) = loopback_service();
+    let b = TestBridge::start_with(Options::default().with(&format!("WORKDIR_01_EGRESS_ALLOW=127.0.0.1:{port}"))).await;
+    // Allowed by name, through the proxy only (straight, the task's own loopback has nothing).
+    let (_, report) = fetch_from_a_task(&b, &format!("http://127.0.0.1:{port}/")).await;
+    assert_eq!(report["proxied"], "ok hello", "{report}");
+    assert_eq!(report["direct"], "URLError", "{report}");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1, "one connection, the proxied one");
+    // Another port of the same host: refused, and the task says so.
+    let (id, report) = fetch_from_a_task(&b, &format!("http://127.0.0.1:{other}/")).await;
+    assert_eq!(report["proxied"], "http 403", "{report}");
+    assert_eq!(report["direct"], "URLError", "{report}");
+    assert_eq!(other_count.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing reached it");
+    let events = b.all_events(&id).await;
+    let denied = events.iter().find(|e| e["event_type"] == "egress.denied").unwrap_or_else(|| panic!("{events:#?}"));
+    assert_eq!(denied["payload"]["host"], "127.0.0.1");
+    assert_eq!(denied["payload"]["port"], other);
+    // The docs workdir has no such allowance.
+    std::fs::write(b.docs.join("fetch.py"), FETCH).expect("script");
+    let id = b.submit_ok(json!({ "workdir": "docs", "profile": "review", "prompt": format!("exec:python3 fetch.py http://127.0.0.1:{port}/") })).await;
+    let text = b.wait_terminal(&id).await["final_response"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("\"proxied\": \"http 403\""), "{text}");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// `SERVERFS_AGENT_EGRESS=none`: no network at all. `host`: the host's network, shared (the
+/// control: the same service is reached straight).
+#[tokio::test]
+async fn egress_none_gives_no_network_and_host_shares_the_hosts() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let (port, count) = loopback_service();
+    let url = format!("http://127.0.0.1:{port}/");
+    let none = TestBridge::start_with(Options::default().with("SERVERFS_AGENT_EGRESS=none")).await;
+    let (_, report) = fetch_from_a_task(&none, &url).await;
+    assert_eq!(
+        (report["proxied"].as_str(), report["direct"].as_str()),
+        (Some("URLError"), Some("URLError")),
+        "{report}"
+    );
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let host = TestBridge::start_with(Options::default().with("SERVERFS_AGENT_EGRESS=host")).await;
+    assert!(host.log().contains("SERVERFS_AGENT_EGRESS=host"), "a warning at start");
+    let (_, report) = fetch_from_a_task(&host, &url).await;
+    assert_eq!(report["direct"], "ok hello", "{report}");
+}

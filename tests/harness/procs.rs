@@ -201,3 +201,11 @@ pub fn sandboxes_under(root: &std::path::Path) -> Vec<(i32, String)> {
     }
     found
 }
+
+/// Whether `pid` is a sandbox's own process above the agent: bwrap, or the relay the sandbox
+/// runs first when the task has an egress gate (`agent-bridge sandbox-exec`).
+pub fn is_sandbox_frame(pid: i32) -> bool {
+    comm(pid).is_some_and(|c| c == "bwrap")
+        || std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"sandbox-exec"))
+}

@@ -144,6 +144,13 @@ enum Command {
     /// The fake runtime's child process (used by the bridge itself).
     #[command(hide = true)]
     FakeAgent,
+    /// A sandbox's first program when it has an egress gate (used by the bridge itself).
+    #[command(hide = true)]
+    SandboxExec {
+        /// `--gate PATH --marker NAME=VALUE -- PROGRAM ARGS…`
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -178,6 +185,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::FakeAgent => ExitCode::from(crate::provider::fake_agent::run().clamp(0, 255) as u8),
+        Command::SandboxExec { args } => ExitCode::from(crate::provider::relay::run(&args).clamp(0, 255) as u8),
         Command::Config(ConfigCommand::Example) => {
             output::line(crate::config::example::render().trim_end());
             Exit::Ok.into()

@@ -18,7 +18,8 @@ pub use super::values::Context;
 use super::values::{MAX_HOURS, MAX_SECONDS, Reader, shown};
 use super::workdirs::{self, GlobalPolicy};
 use super::{
-    BridgeConfig, Limits, LogLevel, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role, SandboxMode, SandboxSettings,
+    BridgeConfig, EgressMode, Limits, LogLevel, MAX_SPOOLED_RESULT_BYTES, McpAuth, McpAuthMode, Role, SandboxMode,
+    SandboxSettings,
 };
 
 /// Reads, parses and validates a `.env` file in the running process's [`Context`].
@@ -156,7 +157,21 @@ fn read_sandbox(reader: &mut Reader<'_>) -> Option<SandboxSettings> {
     let hide = reader.path_list("SERVERFS_AGENT_SANDBOX_HIDE", "would hide the whole filesystem");
     let read = reader.path_list("SERVERFS_AGENT_SANDBOX_READ", "would show tasks the whole filesystem");
     let write = reader.path_list("SERVERFS_AGENT_SANDBOX_WRITE", "would let tasks write the whole filesystem");
-    Some(SandboxSettings { mode: mode?, hide: hide?, read: read?, write: write? })
+    let key = "SERVERFS_AGENT_EGRESS";
+    let text = reader.effective(key).unwrap_or("proxy");
+    let egress = EgressMode::parse(text);
+    if egress.is_none() {
+        reader.refuse(key, format!("{} is not an egress mode (use proxy, host or none)", shown(key, text)));
+    }
+    let egress_allow = reader.rule_list("SERVERFS_AGENT_EGRESS_ALLOW");
+    Some(SandboxSettings {
+        mode: mode?,
+        hide: hide?,
+        read: read?,
+        write: write?,
+        egress: egress?,
+        egress_allow: egress_allow?,
+    })
 }
 
 /// Reads the lifecycle limits (seed 001 §4) and the result spool threshold.

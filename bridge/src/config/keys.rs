@@ -257,6 +257,18 @@ pub static KEYS: &[KeySpec] = &[
         "Paths every task may read and write, e.g. a build cache: comma-separated, absolute or ~/.",
     ),
     ours(
+        "SERVERFS_AGENT_EGRESS",
+        Some("proxy"),
+        Group::Policy,
+        "A sandboxed task's network: proxy (its own namespace; out only through the bridge's proxy to allowed hosts), host (the host's network, shared: not recommended) or none.",
+    ),
+    ours(
+        "SERVERFS_AGENT_EGRESS_ALLOW",
+        None,
+        Group::Policy,
+        "Hosts every task may reach beyond its runtime's own endpoints: comma-separated host, host:port or *.domain, e.g. registry.npmjs.org,*.pypi.org.",
+    ),
+    ours(
         "SERVERFS_AGENT_BRIDGE_SOCKET",
         None,
         Group::Front,
@@ -533,6 +545,12 @@ pub static KEYS: &[KeySpec] = &[
         None,
         Group::Workdir,
         "Paths this workdir's tasks may read and write beyond SERVERFS_AGENT_SANDBOX_WRITE.",
+    ),
+    ours(
+        "WORKDIR_NN_EGRESS_ALLOW",
+        None,
+        Group::Workdir,
+        "Hosts this workdir's tasks may reach beyond SERVERFS_AGENT_EGRESS_ALLOW.",
     ),
     serverfs("SERVERFS_IMAGE", "The ServerFS container image."),
     serverfs("SERVERFS_AGENT_BRIDGE_ENABLED", "ServerFS's master switch for its own bridge."),

@@ -128,6 +128,41 @@ impl SandboxMode {
     }
 }
 
+/// `SERVERFS_AGENT_EGRESS`: where a sandboxed task's network traffic may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EgressMode {
+    /// A network namespace of its own, whose only way out is the bridge's egress proxy to the
+    /// hosts its allowance names.
+    #[default]
+    Proxy,
+    /// The host's network, shared (the first waves' behaviour): an explicit opt-in.
+    Host,
+    /// No network at all.
+    None,
+}
+
+impl EgressMode {
+    /// Parses the `.env` spelling (case-insensitive).
+    pub fn parse(text: &str) -> Option<EgressMode> {
+        match text.to_ascii_lowercase().as_str() {
+            "proxy" => Some(EgressMode::Proxy),
+            "host" => Some(EgressMode::Host),
+            "none" => Some(EgressMode::None),
+            _ => None,
+        }
+    }
+
+    /// The `.env` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressMode::Proxy => "proxy",
+            EgressMode::Host => "host",
+            EgressMode::None => "none",
+        }
+    }
+}
+
 /// The task sandbox's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,6 +179,12 @@ pub struct SandboxSettings {
     /// `SERVERFS_AGENT_SANDBOX_WRITE`: paths every task may read and write.
     #[serde(default)]
     pub write: Vec<PathBuf>,
+    /// `SERVERFS_AGENT_EGRESS` (`proxy`).
+    #[serde(default)]
+    pub egress: EgressMode,
+    /// `SERVERFS_AGENT_EGRESS_ALLOW`: hosts every task may reach, checked rules.
+    #[serde(default)]
+    pub egress_allow: Vec<String>,
 }
 
 /// `SERVERFS_LOG_LEVEL`: the daemon's log level, spelled as ServerFS spells it.
@@ -405,6 +446,9 @@ pub struct Workdir {
     /// `WORKDIR_NN_SANDBOX_WRITE`: more paths this workdir's tasks may read and write.
     #[serde(default)]
     pub sandbox_write: Vec<PathBuf>,
+    /// `WORKDIR_NN_EGRESS_ALLOW`: more hosts this workdir's tasks may reach.
+    #[serde(default)]
+    pub egress_allow: Vec<String>,
 }
 
 /// Why a JSON config file could not be loaded.

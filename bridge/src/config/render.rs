@@ -179,6 +179,7 @@ mod tests {
                 runtimes: vec![RuntimeName::Fake],
                 sandbox_read: vec![],
                 sandbox_write: vec![],
+                egress_allow: vec![],
             }],
             board_addr: crate::config::default_board_addr(),
             board_socket: None,

@@ -166,6 +166,23 @@ impl<'a> Reader<'a> {
         ok.then_some(paths)
     }
 
+    /// A comma-separated list of egress rules (`host`, `host:port`, `*.domain`), each checked;
+    /// `None`, with every problem recorded, when one is refused.
+    pub(super) fn rule_list(&mut self, key: &str) -> Option<Vec<String>> {
+        let mut rules = Vec::new();
+        let mut ok = true;
+        for item in self.list(key) {
+            match crate::egress::Rule::parse(&item) {
+                Ok(rule) => rules.push(rule.to_string()),
+                Err(problem) => {
+                    self.refuse(key, problem);
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(rules)
+    }
+
     /// Records the error of `parsed`, if any, against `key`.
     fn check<T>(&mut self, key: &str, parsed: Result<T, String>) -> Option<T> {
         parsed.map_err(|message| self.refuse(key, message)).ok()

@@ -49,6 +49,7 @@ struct SlotKeys {
     runtimes: String,
     sandbox_read: String,
     sandbox_write: String,
+    egress_allow: String,
 }
 
 impl SlotKeys {
@@ -62,6 +63,7 @@ impl SlotKeys {
             runtimes: slot_key(slot, "AGENT_RUNTIMES"),
             sandbox_read: slot_key(slot, "SANDBOX_READ"),
             sandbox_write: slot_key(slot, "SANDBOX_WRITE"),
+            egress_allow: slot_key(slot, "EGRESS_ALLOW"),
         }
     }
 }
@@ -90,6 +92,7 @@ fn read_slot(
     }
     let sandbox_read = reader.path_list(&keys.sandbox_read, "would show tasks the whole filesystem");
     let sandbox_write = reader.path_list(&keys.sandbox_write, "would let tasks write the whole filesystem");
+    let egress_allow = reader.rule_list(&keys.egress_allow);
     let (agent_mode, runtimes) = effective_policy(reader, &keys, policy, read_only?)?;
     (alias_ok && description_ok).then_some(Workdir {
         slot,
@@ -101,6 +104,7 @@ fn read_slot(
         runtimes,
         sandbox_read: sandbox_read?,
         sandbox_write: sandbox_write?,
+        egress_allow: egress_allow?,
     })
 }
 
@@ -181,7 +185,7 @@ fn effective_policy(
 /// Refuses agent settings on a slot that has neither ALIAS nor PATH, where they would do nothing.
 fn check_unused_slot(reader: &mut Reader<'_>, slot: u8, read_only: Option<bool>) {
     let unused = format!("slot {slot:02} has no ALIAS or PATH, so this setting has no effect");
-    for suffix in ["AGENT_MODE", "AGENT_RUNTIMES", "SANDBOX_READ", "SANDBOX_WRITE"] {
+    for suffix in ["AGENT_MODE", "AGENT_RUNTIMES", "SANDBOX_READ", "SANDBOX_WRITE", "EGRESS_ALLOW"] {
         let key = slot_key(slot, suffix);
         if !reader.raw(&key).is_empty() {
             reader.refuse(&key, format!("{unused}: set the slot's ALIAS and PATH, or clear it"));

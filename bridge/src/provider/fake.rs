@@ -189,6 +189,8 @@ impl FakeRuntime {
             workdir: spec.workdir_view(),
             read: Vec::new(),
             write: vec![self.home.clone()],
+            // No endpoint of its own: only what the operator allows (the tests' hostile agent).
+            egress: Some(Vec::new()),
             kind: SpawnKind::Agent,
         })
         .await

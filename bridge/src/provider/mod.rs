@@ -34,6 +34,7 @@ pub mod peers;
 pub mod probe;
 pub mod process;
 pub mod procfs;
+pub mod relay;
 pub mod sandbox;
 pub mod seccomp;
 pub mod snapshot;

@@ -115,6 +115,7 @@ pub async fn output(
         workdir: None,
         read: Vec::new(),
         write: Vec::new(),
+        egress: None,
         kind: SpawnKind::Probe,
     })
     .await

@@ -29,6 +29,7 @@ use super::procfs::{is_zombie, namespace_pids, start_ticks, stat_fields};
 pub use super::procfs::{marker_pids, task_pids};
 use super::sandbox::{INFO_FD, SECCOMP_FD};
 use super::tether::{SANDBOX_VAR, SpawnKind, TestHook, test_hook, tether};
+use crate::config::EgressMode;
 use std::os::fd::OwnedFd;
 
 /// The environment variable that names a child's task.
@@ -56,6 +57,10 @@ pub struct SpawnSpec {
     pub read: Vec<PathBuf>,
     /// In the sandbox: more paths the child writes (its runtime's home, a session store).
     pub write: Vec<PathBuf>,
+    /// In the sandbox, with `SERVERFS_AGENT_EGRESS=proxy`: the runtime's own endpoints, to
+    /// which the operator's rules are added for the child's egress gate; `None`: no network at
+    /// all (a snapshot's git).
+    pub egress: Option<Vec<crate::egress::Rule>>,
     /// What the child is for (whether it dies with the bridge: [`SpawnKind::dies_with_bridge`]).
     pub kind: SpawnKind,
 }
@@ -81,6 +86,8 @@ pub struct Supervised {
     task_id: String,
     sandbox: Option<Sandboxed>,
     cgroup: Option<PathBuf>,
+    /// The child's egress gate, open until the stop is done.
+    _gate: Option<crate::egress::Gate>,
 }
 
 /// A started sandbox: its init and namespace, and the private `/tmp` to remove after the stop.
@@ -276,6 +283,16 @@ pub fn reap_orphans() -> usize {
 /// when the spec names one. Must be called on a runtime worker thread, never from
 /// `spawn_blocking`: a sandbox dies with the thread that forked it (`--die-with-parent`).
 pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
+    // A child that may reach the network through the proxy gets its gate first: the sandbox
+    // mounts it.
+    let gate = match (&spec.sandbox, &spec.egress) {
+        (Some(c), Some(own)) if c.contained() && c.egress().mode() == EgressMode::Proxy => {
+            let mut rules = own.clone();
+            rules.extend(c.egress().operator_rules(spec.workdir.as_ref().map(|(root, _)| root.as_path())));
+            Some(c.egress().open(&spec.task_id, crate::egress::Allow::new(rules)).await?)
+        }
+        _ => None,
+    };
     // The sandbox's command line and the task's cgroup are prepared off the reactor (they
     // touch the filesystem); the fork itself stays on this worker thread.
     let (wrap, cgroup) = match spec.sandbox.clone() {
@@ -286,6 +303,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
                 workdir: spec.workdir.clone(),
                 read: spec.read.clone(),
                 write: spec.write.clone(),
+                gate: gate.as_ref().map(|g| g.path().to_owned()),
             };
             let (task_id, env) = (spec.task_id.clone(), spec.env.clone());
             tokio::task::spawn_blocking(move || -> std::io::Result<_> {
@@ -306,14 +324,18 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         Some(w) => {
             let mut cmd = Command::new(&w.bwrap);
             let base = w.args[..w.args.len() - 1].iter().filter(|a| !untethered || *a != "--die-with-parent");
-            cmd.args(base)
-                .arg("--setenv")
-                .arg(MARKER_VAR)
-                .arg(&spec.task_id)
-                .arg("--unsetenv")
-                .arg(SANDBOX_VAR)
-                .arg("--")
-                .arg(&spec.program);
+            cmd.args(base).arg("--unsetenv").arg(SANDBOX_VAR);
+            match &w.relay {
+                // The relay runs first and sets the marker for the runtime alone.
+                Some(relay) => cmd
+                    .arg("--")
+                    .arg(relay)
+                    .args(["sandbox-exec", "--gate", super::relay::GATE, "--marker"])
+                    .arg(format!("{MARKER_VAR}={}", spec.task_id))
+                    .arg("--")
+                    .arg(&spec.program),
+                None => cmd.arg("--setenv").arg(MARKER_VAR).arg(&spec.task_id).arg("--").arg(&spec.program),
+            };
             cmd
         }
         None => Command::new(&spec.program),
@@ -323,6 +345,14 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         Some(_) => cmd.env(SANDBOX_VAR, &spec.task_id),
         None => cmd.env(MARKER_VAR, &spec.task_id),
     };
+    if wrap.as_ref().is_some_and(|w| w.relay.is_some()) {
+        // The runtime's way out: the relay on the namespace's loopback (upper and lower case:
+        // curl reads only the latter for http).
+        let proxy = format!("http://{}", super::relay::LISTEN);
+        for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"] {
+            cmd.env(var, &proxy);
+        }
+    }
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
     // First of the child's hooks: nothing else runs in it before it is tied to the bridge.
     if spec.kind.dies_with_bridge(wrap.is_some()) {
@@ -406,7 +436,15 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     };
     super::peers::register(pid, &spec.task_id, sandbox.as_ref().map(|s| s.ns.pid_ns));
     Ok(Spawned {
-        process: Supervised { child, pid, start_ticks: start_ticks(pid), task_id: spec.task_id, sandbox, cgroup },
+        process: Supervised {
+            child,
+            pid,
+            start_ticks: start_ticks(pid),
+            task_id: spec.task_id,
+            sandbox,
+            cgroup,
+            _gate: gate,
+        },
         stdin,
         stdout,
         stderr,

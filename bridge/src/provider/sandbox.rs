@@ -63,6 +63,10 @@ struct Inner {
     cgroups: Option<super::cgroup::Cgroups>,
     /// This bridge's instance name (its state directory's digest), in its helpers' markers.
     instance: String,
+    /// Where tasks' network traffic may go, and their gates.
+    egress: crate::egress::Egress,
+    /// The first program of a sandbox with a gate (`agent-bridge sandbox-exec`): this binary.
+    relay: Option<PathBuf>,
 }
 
 /// One workdir's own additions to its tasks' view.
@@ -84,6 +88,8 @@ pub struct Wrap {
     pub private_tmp: PathBuf,
     /// bwrap loads the seccomp filter from [`SECCOMP_FD`] (`--seccomp`).
     pub seccomp: bool,
+    /// With an egress gate mounted: the relay program to run first (`sandbox-exec`).
+    pub relay: Option<PathBuf>,
 }
 
 /// Refused to start a task without the sandbox (`AGENT_SANDBOX_UNAVAILABLE`).
@@ -141,6 +147,8 @@ impl Containment {
         let home = base_env.get("HOME").map(PathBuf::from).and_then(|h| h.canonicalize().ok());
         let (read, write, workdir_paths) = operator_paths(config, &hidden, &workdirs, home.as_deref())?;
         let system = super::view::system();
+        let egress = egress_of(config, &workdirs);
+        let relay = std::env::current_exe().ok().and_then(|e| e.canonicalize().ok());
         let cgroups = match config.sandbox.mode {
             SandboxMode::Off => None,
             SandboxMode::Auto | SandboxMode::Required => super::cgroup::Cgroups::detect(&config.state_dir),
@@ -161,6 +169,8 @@ impl Containment {
             home,
             cgroups,
             instance,
+            egress,
+            relay,
         };
         Ok(Containment { inner: Arc::new(inner) })
     }
@@ -181,6 +191,13 @@ impl Containment {
                 write: Vec::new(),
                 workdir_paths: Vec::new(),
                 home: None,
+                egress: crate::egress::Egress::new(
+                    crate::config::EgressMode::Host,
+                    &std::env::temp_dir(),
+                    Vec::new(),
+                    Vec::new(),
+                ),
+                relay: None,
                 cgroups: None,
                 instance: "none".to_owned(),
             }),
@@ -211,6 +228,19 @@ impl Containment {
     /// Whether `marker` is one of [`Containment::helper_marker`]'s, by this bridge.
     pub fn is_own_helper(&self, marker: &str) -> bool {
         marker.split('-').rev().nth(1) == Some(self.inner.instance.as_str())
+    }
+
+    /// Where tasks' network traffic may go.
+    pub fn egress(&self) -> &crate::egress::Egress {
+        &self.inner.egress
+    }
+
+    /// The network tasks get: the mode and the hosts every task may reach beyond its runtime's
+    /// own endpoints (`none` without the sandbox, which has no network of its own to give).
+    fn egress_json(&self) -> Value {
+        let mode = if self.contained() { self.inner.egress.mode().as_str() } else { "host" };
+        let allowed: Vec<String> = self.inner.egress.operator_rules(None).iter().map(ToString::to_string).collect();
+        json!({ "mode": mode, "allowed": allowed })
     }
 
     /// Whether tasks run under the seccomp filter.
@@ -250,6 +280,7 @@ impl Containment {
             "seccomp": self.seccomp(),
             "seccomp_detail": self.inner.seccomp_refused,
             "new_session": self.contained(),
+            "egress": self.egress_json(),
             "hidden": self.inner.hidden.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         })
     }
@@ -263,6 +294,7 @@ impl Containment {
             "cgroup": self.inner.cgroups.is_some(),
             "seccomp": self.seccomp(),
             "new_session": self.contained(),
+            "egress": self.egress_json(),
             "detail": self.inner.reason.as_deref().or(self.inner.seccomp_refused.as_deref()).map(caller_safe),
         })
     }
@@ -292,8 +324,19 @@ impl Containment {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        let mounts = self.mounts(env, view);
+        let mut mounts = self.mounts(env, view);
+        let relay = match (&view.gate, &self.inner.relay) {
+            (Some(gate), Some(relay)) => {
+                mounts.add_at(gate.clone(), PathBuf::from(super::relay::GATE));
+                mounts.add(relay.clone(), Access::Read);
+                Some(relay.clone())
+            }
+            _ => None,
+        };
         let mut args: Vec<OsString> = BASE_FLAGS.iter().map(OsString::from).collect();
+        if self.inner.egress.mode() != crate::config::EgressMode::Host {
+            args.push("--unshare-net".into());
+        }
         args.extend(super::view::args(&self.inner.system, Some(&*private_tmp), &mounts, &self.inner.hidden));
         args.extend(["--chdir".into(), view.cwd.clone().into_os_string()]);
         args.extend(["--setenv".into(), "TMPDIR".into(), "/tmp".into()]);
@@ -302,7 +345,7 @@ impl Containment {
             args.extend(["--seccomp".into(), SECCOMP_FD.to_string().into()]);
         }
         args.extend(["--info-fd".into(), INFO_FD.to_string().into(), "--".into()]);
-        Ok(Some(Wrap { bwrap: bwrap.clone(), args, private_tmp, seccomp }))
+        Ok(Some(Wrap { bwrap: bwrap.clone(), args, private_tmp, seccomp, relay }))
     }
 
     /// What one child's view holds beyond the system part. Blocking (reads the program).
@@ -373,6 +416,9 @@ pub struct ViewRequest {
     pub read: Vec<PathBuf>,
     /// More paths it writes (its runtime's home, a session store, a snapshot directory).
     pub write: Vec<PathBuf>,
+    /// Its egress gate on the host, when it has one: mounted at [`super::relay::GATE`], with
+    /// the relay run first.
+    pub gate: Option<PathBuf>,
 }
 
 /// The repository directory of a linked worktree (or submodule) whose top is `root`: its
@@ -452,6 +498,20 @@ fn trial_args(extra: &[&str]) -> Vec<String> {
     args.extend(extra.iter().map(|e| e.to_string()));
     args.extend(["--".to_owned(), "true".to_owned()]);
     args
+}
+
+/// The egress settings: the mode, the global rules and each workdir's (by canonical root; the
+/// rules were checked when the configuration was read).
+fn egress_of(config: &BridgeConfig, workdirs: &[PathBuf]) -> crate::egress::Egress {
+    let rules = |texts: &[String]| texts.iter().filter_map(|t| crate::egress::Rule::parse(t).ok()).collect::<Vec<_>>();
+    let per_workdir =
+        config.workdirs.iter().zip(workdirs).map(|(w, root)| (root.clone(), rules(&w.egress_allow))).collect();
+    crate::egress::Egress::new(
+        config.sandbox.egress,
+        &config.state_dir,
+        rules(&config.sandbox.egress_allow),
+        per_workdir,
+    )
 }
 
 /// The operator's `SANDBOX_READ` and `_WRITE` paths (global, then per workdir), each

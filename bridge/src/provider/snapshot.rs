@@ -274,6 +274,8 @@ impl Snapshots {
             workdir: Some((root.to_owned(), false)),
             read: outside.to_vec(),
             write: vec![dir.to_owned()],
+            // git needs no network here.
+            egress: None,
             kind: if phase == "baseline" { SpawnKind::SnapshotBaseline } else { SpawnKind::SnapshotEnd },
         })
         .await

@@ -76,6 +76,8 @@ pub enum Access {
 #[derive(Debug, Clone, Default)]
 pub struct Mounts {
     entries: Vec<(PathBuf, Access)>,
+    /// Files mounted at another path (a task's egress gate), read-write, last.
+    elsewhere: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Mounts {
@@ -83,6 +85,11 @@ impl Mounts {
     pub fn add(&mut self, path: PathBuf, access: Access) {
         self.entries.retain(|(p, _)| *p != path);
         self.entries.push((path, access));
+    }
+
+    /// Mounts the host's `source` at `dest` in the view, read-write.
+    pub fn add_at(&mut self, source: PathBuf, dest: PathBuf) {
+        self.elsewhere.push((source, dest));
     }
 
     /// The entries, shallowest first (ties keep their order).
@@ -161,6 +168,9 @@ pub fn args(system: &[SystemEntry], private_tmp: Option<&Path>, mounts: &Mounts,
     }
     for path in read_only {
         push(&["--remount-ro".as_ref(), path.as_os_str()]);
+    }
+    for (source, dest) in &mounts.elsewhere {
+        push(&["--bind".as_ref(), source.as_os_str(), dest.as_os_str()]);
     }
     args
 }

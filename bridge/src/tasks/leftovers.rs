@@ -177,4 +177,28 @@ impl TaskService {
     pub async fn leftover_sandboxes(&self) -> Vec<Value> {
         self.inner.find_leftovers(Moment::Now).await.iter().map(Leftover::to_json).collect()
     }
+
+    /// Writes the egress gates' refusals into their tasks' event streams (`egress.denied
+    /// {host, port, why}`), until the bridge stops.
+    pub(super) fn report_egress(&self) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<crate::egress::Denied>();
+        self.inner.providers.containment().egress().report_to(tx);
+        let inner = std::sync::Arc::clone(&self.inner);
+        self.inner.tracker.spawn(async move {
+            loop {
+                let denied = tokio::select! {
+                    _ = inner.shutdown.cancelled() => return,
+                    denied = rx.recv() => match denied { Some(d) => d, None => return },
+                };
+                let event = NewEvent::new(
+                    "egress.denied",
+                    json!({ "host": denied.host, "port": denied.port, "reason": denied.why }),
+                );
+                let (id, now) = (denied.task_id.clone(), inner.clock.now_ms());
+                if inner.store.call(move |s| s.append_event(&id, &event, None, now)).await.is_ok() {
+                    inner.changes.notify(&denied.task_id);
+                }
+            }
+        });
+    }
 }

@@ -114,7 +114,7 @@ impl TaskService {
         shutdown: CancellationToken,
         home: Option<PathBuf>,
     ) -> TaskService {
-        TaskService {
+        let service = TaskService {
             inner: Arc::new(Inner {
                 config,
                 store,
@@ -132,7 +132,9 @@ impl TaskService {
                 reconciled: Mutex::new(None),
                 home,
             }),
-        }
+        };
+        service.report_egress();
+        service
     }
 
     /// The providers (for runtime listings).

@@ -204,6 +204,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 runtimes: vec![RuntimeName::Codex, RuntimeName::Claude],
                 sandbox_read: vec![],
                 sandbox_write: vec![],
+                egress_allow: vec![],
             },
             Workdir {
                 slot: 2,
@@ -215,6 +216,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 runtimes: vec![RuntimeName::Fake, RuntimeName::Codex],
                 sandbox_read: vec![],
                 sandbox_write: vec![],
+                egress_allow: vec![],
             },
             Workdir {
                 slot: 5,
@@ -226,6 +228,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 runtimes: vec![],
                 sandbox_read: vec![],
                 sandbox_write: vec![],
+                egress_allow: vec![],
             },
         ],
     };

@@ -90,6 +90,20 @@ pub fn args(spec: &StartSpec) -> Vec<OsString> {
     args
 }
 
+/// Claude Code's own endpoints, as its environment `env` names them: `ANTHROPIC_BASE_URL`
+/// when set, and Anthropic's API and sign-in hosts (an OAuth login refreshes its token there).
+pub(super) fn endpoints(env: &[(OsString, OsString)]) -> Vec<crate::egress::Rule> {
+    let mut rules: Vec<crate::egress::Rule> =
+        ["api.anthropic.com", "console.anthropic.com", "claude.ai", "platform.claude.com"]
+            .into_iter()
+            .filter_map(|h| crate::egress::Rule::parse(&format!("{h}:443")).ok())
+            .collect();
+    if let Some((_, url)) = env.iter().find(|(k, _)| k == "ANTHROPIC_BASE_URL") {
+        rules.extend(url.to_str().and_then(crate::egress::Rule::for_url));
+    }
+    rules
+}
+
 impl ClaudeRuntime {
     /// From the configured binary (already resolved by the caller when it was found on PATH).
     pub fn new(binary: &RuntimeBinary, base_env: BaseEnv, containment: Containment) -> ClaudeRuntime {
@@ -138,6 +152,7 @@ impl ClaudeRuntime {
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
         let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("claude"))?;
         let env = self.env();
+        let env_for_rules = env.clone();
         let home = super::env::runtime_home(&env, "CLAUDE_CONFIG_DIR", ".claude");
         if let Some(home) = &home {
             super::env::ensure_home(home).await;
@@ -152,6 +167,7 @@ impl ClaudeRuntime {
             workdir: spec.workdir_view(),
             read: Vec::new(),
             write: home.into_iter().collect(),
+            egress: Some(endpoints(&env_for_rules)),
             kind: SpawnKind::Agent,
         })
         .await

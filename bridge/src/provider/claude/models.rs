@@ -50,6 +50,7 @@ impl ClaudeRuntime {
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| std::path::PathBuf::from("/"));
         let marker = self.containment.helper_marker("models-claude");
         let env = self.env();
+        let rules_env = env.clone();
         let home = super::super::env::runtime_home(&env, "CLAUDE_CONFIG_DIR", ".claude");
         if let Some(home) = &home {
             super::super::env::ensure_home(home).await;
@@ -69,6 +70,7 @@ impl ClaudeRuntime {
             workdir: None,
             read: Vec::new(),
             write: home.into_iter().collect(),
+            egress: Some(super::endpoints(&rules_env)),
             kind: SpawnKind::Probe,
         })
         .await

@@ -60,6 +60,45 @@ pub struct CodexRuntime {
 /// How long a model catalog is reused (each listing starts a short-lived app-server).
 const CATALOG_TTL: Duration = Duration::from_secs(60);
 
+/// Codex's own endpoints: OpenAI's API and sign-in hosts, `OPENAI_BASE_URL` when its
+/// environment `env` sets it, and every model provider's `base_url` in its `config.toml`
+/// (under its home).
+async fn endpoints(env: &[(OsString, OsString)], home: Option<PathBuf>) -> Vec<crate::egress::Rule> {
+    let mut rules: Vec<crate::egress::Rule> = ["api.openai.com", "chatgpt.com", "auth.openai.com"]
+        .into_iter()
+        .filter_map(|h| crate::egress::Rule::parse(&format!("{h}:443")).ok())
+        .collect();
+    if let Some((_, url)) = env.iter().find(|(k, _)| k == "OPENAI_BASE_URL") {
+        rules.extend(url.to_str().and_then(crate::egress::Rule::for_url));
+    }
+    if let Some(home) = home {
+        #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
+        let text = tokio::task::spawn_blocking(move || std::fs::read_to_string(home.join("config.toml")))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        rules.extend(base_urls(&text).iter().filter_map(|u| crate::egress::Rule::for_url(u)));
+    }
+    rules
+}
+
+/// The values of `base_url = "…"` (or `'…'`) assignments in a `config.toml`, whatever table
+/// they are in (each model provider has one).
+fn base_urls(toml: &str) -> Vec<String> {
+    toml.lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            (key.trim() == "base_url").then_some(value.trim())
+        })
+        .filter_map(|v| {
+            let quote = v.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+            let rest = &v[1..];
+            rest.find(quote).map(|end| rest[..end].to_owned())
+        })
+        .collect()
+}
+
 impl CodexRuntime {
     /// From the configured binary (already resolved by the caller when it was found on PATH).
     pub fn new(binary: &RuntimeBinary, base_env: BaseEnv, containment: Containment) -> CodexRuntime {
@@ -156,6 +195,10 @@ impl CodexRuntime {
         if let Some(home) = home.as_ref().filter(|_| contained) {
             super::env::ensure_home(home).await;
         }
+        let egress = match contained {
+            true => Some(endpoints(&env, home.clone()).await),
+            false => None,
+        };
         let spawned = spawn(SpawnSpec {
             program: bin,
             args,
@@ -166,6 +209,7 @@ impl CodexRuntime {
             workdir,
             read: Vec::new(),
             write: home.into_iter().collect(),
+            egress,
             // Not contained: the model listing's child, a short-lived helper.
             kind: if contained { SpawnKind::Agent } else { SpawnKind::Probe },
         })
