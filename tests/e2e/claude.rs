@@ -317,3 +317,38 @@ async fn claude_change_set_in_a_plain_directory_is_exactly_what_the_agent_wrote(
     assert_eq!(files.len(), 2, "{changes:#}");
     crate::changes::applies(&r.b, &id, &copy, &r.ws, &["added.txt", "edit.txt"]).await;
 }
+
+/// An approved Claude Code `Bash` command of a prompt-injected task goes for the operator's SSH
+/// key and for a second model server on the host's loopback: the key is not in its view, and
+/// its only way out (the egress proxy) reaches the task's own model server and nothing else.
+/// The refusal reaches the caller as an `egress.denied` event.
+#[tokio::test]
+async fn claude_an_approved_command_reads_no_secret_and_reaches_no_other_server() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    let other = messages::start().await;
+    let port = other.url().rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse::<u16>().ok()).expect("port");
+    let home = r.ws.parent().expect("root").join("home");
+    std::fs::create_dir_all(home.join(".ssh")).expect("ssh");
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY\n").expect("key");
+    let command = format!(
+        "cat {}/.ssh/id_ed25519 || echo no-key; curl -s --max-time 10 http://127.0.0.1:{port}/v1/messages || echo curl-failed",
+        home.display()
+    );
+    let id = r.submit(&format!("RUN_BASH: {command}")).await;
+    let (rid, _) = r.pending(&id).await;
+    r.respond(&id, &rid, "approve_once").await;
+    let t = r.finish(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let said = t["final_response"].as_str().unwrap_or_default();
+    assert!(said.contains("no-key") && !said.contains("PRIVATE KEY"), "{said}");
+    assert!(said.contains("is not allowed for this task"), "the proxy's refusal: {said}");
+    assert!(other.requests().is_empty(), "the second server was reached: {:?}", other.requests());
+    let events = r.b.all_events(&id).await;
+    let denied = events.iter().find(|e| e["event_type"] == "egress.denied").unwrap_or_else(|| panic!("{events:#?}"));
+    assert_eq!(denied["payload"]["port"], port, "{denied:#}");
+    // The task's own model server was reached, through the same proxy.
+    assert!(!r.server.posts("/v1/messages").is_empty());
+}

@@ -461,3 +461,67 @@ async fn egress_none_gives_no_network_and_host_shares_the_hosts() {
     let (_, report) = fetch_from_a_task(&host, &url).await;
     assert_eq!(report["direct"], "ok hello", "{report}");
 }
+
+/// What a task gets is shown where the operator and the caller look: `list_agent_runtimes`
+/// (no host path), `doctor` (the paths), each task's manifest, the board's runtimes page.
+#[tokio::test]
+async fn the_view_and_the_network_are_shown_everywhere() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let mut b =
+        TestBridge::prepare(Options::default().with("SERVERFS_AGENT_EGRESS_ALLOW=registry.npmjs.org,*.pypi.org"));
+    let tools = b.root().join("tools");
+    std::fs::create_dir_all(&tools).expect("tools");
+    let env = std::fs::read_to_string(&b.env_file).expect("env")
+        + &format!("WORKDIR_02_SANDBOX_READ={}\nWORKDIR_02_EGRESS_ALLOW=crates.io\n", tools.display());
+    std::fs::write(&b.env_file, env).expect("env");
+    b.spawn().await;
+    let runtimes = b.call("list_agent_runtimes", json!({})).await.expect("runtimes");
+    let c = &runtimes["containment"];
+    assert_eq!(c["egress"]["mode"], "proxy", "{c:#}");
+    assert_eq!(c["egress"]["allowed"], json!(["registry.npmjs.org", "*.pypi.org"]), "{c:#}");
+    assert_eq!((c["seccomp"].as_bool(), c["new_session"].as_bool()), (Some(true), Some(true)), "{c:#}");
+    assert!(!runtimes.to_string().contains(&b.root().display().to_string()), "no host path for callers");
+    let (_, doctor) = crate::doctor::doctor_json(&b);
+    let view = &doctor["view"];
+    assert_eq!(view["workdirs"][1]["read"], json!([tools.display().to_string()]), "{doctor:#}");
+    assert_eq!(view["workdirs"][1]["egress_allowed"], json!(["crates.io"]), "{doctor:#}");
+    assert_eq!(view["egress"]["mode"], "proxy", "{doctor:#}");
+    let id = b.submit_ok(json!({ "workdir": "docs", "profile": "review", "prompt": "complete:x" })).await;
+    b.wait_terminal(&id).await;
+    let manifest: serde_json::Value = b
+        .db()
+        .query_row("SELECT manifest_json FROM tasks WHERE task_id = ?1", [&id], |r| r.get::<_, String>(0))
+        .map(|t| serde_json::from_str(&t).expect("json"))
+        .expect("manifest");
+    let sandbox = &manifest["sandbox"];
+    assert_eq!(sandbox["view"]["workdir"], "read_only", "{sandbox:#}");
+    assert_eq!(sandbox["view"]["operator_read"], 1, "{sandbox:#}");
+    assert_eq!(sandbox["network"]["allowed"], json!(["registry.npmjs.org", "*.pypi.org", "crates.io"]), "{sandbox:#}");
+    assert!(!manifest.to_string().contains(&b.root().display().to_string()), "no host path in a manifest");
+    // The board's runtimes page.
+    let out = b.cli(&["board", "token", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let addr =
+        v["login_url"].as_str().expect("url").trim_start_matches("http://").trim_end_matches("/login").to_owned();
+    let origin = format!("http://{addr}");
+    let login = e2e::browser::http(
+        &addr,
+        "POST",
+        "/login",
+        &[("Origin", &origin), ("Content-Type", "application/x-www-form-urlencoded")],
+        &format!("token={}", v["token"].as_str().expect("token")),
+    );
+    let cookie = login.header("set-cookie").expect("cookie").split(';').next().expect("cookie").to_owned();
+    let page = e2e::browser::http(&addr, "GET", "/runtimes", &[("Cookie", &cookie)], "");
+    assert!(
+        page.body.contains(
+            "its runtime&#39;s own endpoints and registry.npmjs.org, *.pypi.org, through the bridge&#39;s proxy"
+        ) || page
+            .body
+            .contains("its runtime's own endpoints and registry.npmjs.org, *.pypi.org, through the bridge's proxy"),
+        "{}",
+        page.body
+    );
+}

@@ -98,6 +98,24 @@ pub async fn runtimes(State(board): State<Board>, headers: HeaderMap) -> Respons
         text(&c["kind"]),
         c["detail"].as_str().map(|d| format!(": {d}")).unwrap_or_default()
     );
+    if c["contained"] == true {
+        let allowed: Vec<&str> =
+            c["egress"]["allowed"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let network = match c["egress"]["mode"].as_str() {
+            Some("proxy") if allowed.is_empty() => "its runtime's own endpoints, through the bridge's proxy".to_owned(),
+            Some("proxy") => {
+                format!("its runtime's own endpoints and {}, through the bridge's proxy", allowed.join(", "))
+            }
+            Some("none") => "none".to_owned(),
+            _ => "this machine's, shared (SERVERFS_AGENT_EGRESS=host)".to_owned(),
+        };
+        html!(
+            body,
+            "<p id=\"view\">Each task sees the system read-only, its workdir (read-only for a review), its runtime's own home, a private <code>/tmp</code> and home{}. Network: <span id=\"network\">{}</span>.</p>",
+            if c["seccomp"] == true { ", in a session of its own under a seccomp filter" } else { "" },
+            network
+        );
+    }
     body.push_str(
         "<table><thead><tr><th>Runtime</th><th>Available</th><th>Version</th><th>Details</th></tr></thead><tbody>",
     );

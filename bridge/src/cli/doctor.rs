@@ -178,6 +178,7 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
             "checks": checks,
             "workdirs": workdirs,
             "containment": containment,
+            "view": view_of(&config),
             "sandboxes": sandboxes,
         });
         output::json(&report);
@@ -198,6 +199,23 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
         output::line(&lines.join("\n"));
     }
     if healthy { Exit::Ok.into() } else { Exit::Failure.into() }
+}
+
+/// What the operator added to tasks' views and network, from the configuration (paths shown:
+/// this is the operator's own report).
+fn view_of(config: &BridgeConfig) -> Value {
+    let paths = |list: &[std::path::PathBuf]| list.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+    json!({
+        "read": paths(&config.sandbox.read),
+        "write": paths(&config.sandbox.write),
+        "egress": { "mode": config.sandbox.egress.as_str(), "allowed": config.sandbox.egress_allow },
+        "workdirs": config.workdirs.iter().map(|w| json!({
+            "alias": w.alias,
+            "read": paths(&w.sandbox_read),
+            "write": paths(&w.sandbox_write),
+            "egress_allowed": w.egress_allow,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// What tasks run under: contained (ok), not contained (a warning; a failure when the mode is
@@ -223,7 +241,12 @@ fn sandbox_check(checks: &mut Vec<Check>, containment: &Value) {
             "sandbox",
             "ok",
             format!(
-                "contained: tasks run in the bubblewrap sandbox{cgroup}, in a session of their own, under a seccomp filter (mode {mode})"
+                "contained: tasks run in the bubblewrap sandbox{cgroup}, in a session of their own, under a seccomp filter, with network {} (mode {mode})",
+                match containment["egress"]["mode"].as_str() {
+                    Some("proxy") => "through the egress proxy only",
+                    Some("none") => "none",
+                    _ => "shared with this machine (SERVERFS_AGENT_EGRESS=host)",
+                }
             ),
         );
     } else if mode == "required" || containment["refused"].is_string() {

@@ -235,6 +235,38 @@ impl Containment {
         &self.inner.egress
     }
 
+    /// What a task of `workdir` gets from the sandbox, for its manifest (no host path): its
+    /// view, its network and its filter.
+    pub fn manifest_json(&self, workdir: &crate::config::Workdir, writable: bool) -> Value {
+        if !self.contained() {
+            return json!({ "contained": false });
+        }
+        let root = workdir.path.canonicalize().unwrap_or_else(|_| workdir.path.clone());
+        let own = self.inner.workdir_paths.iter().find(|w| w.root == root);
+        let count = |global: &[PathBuf], own: Option<&[PathBuf]>| global.len() + own.map_or(0, <[PathBuf]>::len);
+        let mut allowed: Vec<String> =
+            self.inner.egress.operator_rules(Some(&root)).iter().map(ToString::to_string).collect();
+        allowed.dedup();
+        json!({
+            "contained": true,
+            "view": {
+                "workdir": if writable { "read_write" } else { "read_only" },
+                "home": "private",
+                "tmp": "private",
+                "runtime_home": "read_write",
+                "operator_read": count(&self.inner.read, own.map(|w| w.read.as_slice())),
+                "operator_write": count(&self.inner.write, own.map(|w| w.write.as_slice())),
+            },
+            "network": {
+                "mode": self.inner.egress.mode().as_str(),
+                "runtime_endpoints": self.inner.egress.mode() == crate::config::EgressMode::Proxy,
+                "allowed": allowed,
+            },
+            "seccomp": self.seccomp(),
+            "new_session": true,
+        })
+    }
+
     /// The network tasks get: the mode and the hosts every task may reach beyond its runtime's
     /// own endpoints (`none` without the sandbox, which has no network of its own to give).
     fn egress_json(&self) -> Value {
@@ -281,6 +313,15 @@ impl Containment {
             "seccomp_detail": self.inner.seccomp_refused,
             "new_session": self.contained(),
             "egress": self.egress_json(),
+            "view": {
+                "read": self.inner.read.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "write": self.inner.write.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "workdirs": self.inner.workdir_paths.iter().filter(|w| !w.read.is_empty() || !w.write.is_empty()).map(|w| json!({
+                    "root": w.root.display().to_string(),
+                    "read": w.read.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                    "write": w.write.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            },
             "hidden": self.inner.hidden.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         })
     }

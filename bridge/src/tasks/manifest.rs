@@ -59,6 +59,8 @@ pub struct ManifestInput<'a> {
     pub runtime_version: Option<&'a str>,
     /// What the task runs under: `bubblewrap` (the task sandbox) or `none`.
     pub containment: &'a str,
+    /// What the sandbox gives it (view, network, filter), without a host path.
+    pub sandbox: &'a Value,
     /// The workdir's policy.
     pub workdir: &'a Workdir,
     /// Effective limits.
@@ -97,6 +99,7 @@ pub fn build(m: &ManifestInput<'_>) -> (String, String) {
         },
         "model": { "requested": m.submission.model },
         "containment": m.containment,
+        "sandbox": m.sandbox,
         "limits": {
             "task_timeout_seconds": m.limits.task_timeout_seconds,
             "interaction_timeout_seconds": m.limits.interaction_timeout_seconds,

@@ -173,10 +173,12 @@ impl TaskService {
 
         let now = inner.clock.now_ms();
         let deadline_at = now + (inner.config.limits.task_timeout_seconds as i64).saturating_mul(1000);
+        let sandbox = containment.manifest_json(&workdir, req.profile == Profile::WorkspaceWrite);
         let (manifest_json, manifest_sha256) = manifest::build(&ManifestInput {
             submission: &submission,
             runtime_version: info.version.as_deref(),
             containment: containment.kind(),
+            sandbox: &sandbox,
             workdir: &workdir,
             limits: &inner.config.limits,
             principal: &principal.name,
