@@ -119,17 +119,27 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     // Whichever way `run` ends (an error, a panic unwinding), nothing stays in its task cgroups.
     // (Dropped before the instance lock: a next bridge's groups live in the same directory.)
     let exit_sweep = ExitSweep(containment.cgroups().cloned());
-    if containment.contained() && containment.egress().mode() == crate::config::EgressMode::Host {
-        tracing::warn!(
-            "SERVERFS_AGENT_EGRESS=host: tasks share this machine's network, its loopback services (the board, the front) included"
-        );
+    if containment.contained() && containment.network_mode() == crate::config::EgressMode::Host {
+        if containment.egress().mode() == crate::config::EgressMode::Host {
+            tracing::warn!(
+                "SERVERFS_AGENT_EGRESS=host: tasks share this machine's network, its loopback services (the board, the front) included"
+            );
+        } else {
+            tracing::warn!(
+                sandbox = %containment.operator_json(),
+                "this machine gives a sandbox no network namespace of its own: tasks share its network, its loopback services included"
+            );
+        }
     }
     if containment.contained() {
         tracing::info!(sandbox = %containment.operator_json(), "tasks run in the bubblewrap sandbox");
     } else if config.sandbox.mode == crate::config::SandboxMode::Required {
         tracing::error!(sandbox = %containment.operator_json(), "SERVERFS_AGENT_SANDBOX=required and the sandbox cannot run: every task will be refused");
     } else {
-        tracing::warn!(sandbox = %containment.operator_json(), "tasks run WITHOUT a sandbox: their processes can reach the bridge's files as your user");
+        tracing::warn!(
+            sandbox = %containment.operator_json(),
+            "tasks run WITHOUT a sandbox: every task can read and change the bridge's store, its keys and its config, connect to its socket, and read and write everything your user can"
+        );
     }
     // Finding the CLIs on PATH reads file metadata.
     let providers_config = Arc::clone(&config);

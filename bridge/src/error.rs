@@ -110,6 +110,9 @@ pub mod code {
     /// An OAuth token is neither a JWT this resource can verify nor one it can introspect.
     /// This and the other `OAUTH_*` reasons are audit codes: the caller sees `UNAUTHENTICATED`.
     pub const OAUTH_TOKEN_MALFORMED: &str = "OAUTH_TOKEN_MALFORMED";
+    /// An OAuth token is an ID token, not an access token (a `nonce` claim, or a header `typ`
+    /// other than `at+jwt` or `JWT`); audit only.
+    pub const OAUTH_NOT_AN_ACCESS_TOKEN: &str = "OAUTH_NOT_AN_ACCESS_TOKEN";
     /// An OAuth token's algorithm is not an accepted asymmetric one (`none`, HS*, …); audit only.
     pub const OAUTH_ALGORITHM_REFUSED: &str = "OAUTH_ALGORITHM_REFUSED";
     /// An OAuth token names a key the identity provider does not publish; audit only.
@@ -186,6 +189,7 @@ pub mod code {
         AGENT_PLAN_STEP_CANCELLED,
         AGENT_PLAN_STEP_FAILED,
         OAUTH_TOKEN_MALFORMED,
+        OAUTH_NOT_AN_ACCESS_TOKEN,
         OAUTH_ALGORITHM_REFUSED,
         OAUTH_UNKNOWN_KEY,
         OAUTH_KEYS_UNAVAILABLE,
@@ -278,6 +282,7 @@ impl ErrorKind {
             | PERMISSION_OUTSIDE_POLICY
             | PLAN_APPROVAL_NOT_ALLOWED
             | OAUTH_TOKEN_MALFORMED
+            | OAUTH_NOT_AN_ACCESS_TOKEN
             | OAUTH_ALGORITHM_REFUSED
             | OAUTH_UNKNOWN_KEY
             | OAUTH_BAD_SIGNATURE

@@ -525,3 +525,16 @@ async fn the_view_and_the_network_are_shown_everywhere() {
         page.body
     );
 }
+
+/// With the sandbox off, the start-up warning says plainly what a task can do.
+#[tokio::test]
+async fn without_the_sandbox_the_warning_says_a_task_can_act_on_the_store() {
+    let b = TestBridge::start_with(Options::default().with("SERVERFS_AGENT_SANDBOX=off")).await;
+    let log = b.log();
+    assert!(
+        log.contains(
+            "tasks run WITHOUT a sandbox: every task can read and change the bridge's store, its keys and its config"
+        ),
+        "{log}"
+    );
+}

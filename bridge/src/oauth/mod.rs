@@ -94,6 +94,9 @@ pub enum Refused {
     /// A required claim is absent.
     #[error("the token lacks the {0} claim")]
     MissingClaim(&'static str),
+    /// An ID token (a `nonce`, or a `typ` that is not an access token's), not an access token.
+    #[error("the token is an ID token, not an access token")]
+    NotAnAccessToken,
     /// `sub` is not usable as a principal name.
     #[error("the token's subject is not usable (printable ASCII without spaces, at most 255 bytes)")]
     Subject,
@@ -118,6 +121,7 @@ impl Refused {
         match self {
             Refused::Missing => code::UNAUTHENTICATED,
             Refused::Malformed => code::OAUTH_TOKEN_MALFORMED,
+            Refused::NotAnAccessToken => code::OAUTH_NOT_AN_ACCESS_TOKEN,
             Refused::Algorithm => code::OAUTH_ALGORITHM_REFUSED,
             Refused::UnknownKey => code::OAUTH_UNKNOWN_KEY,
             Refused::KeysUnavailable(_) => code::OAUTH_KEYS_UNAVAILABLE,
@@ -268,6 +272,16 @@ impl Verifier {
         // The JOSE crate takes an array `iss` holding the issuer; RFC 7519 says one string.
         if data.claims.get("iss").and_then(Value::as_str) != Some(self.config.issuer.as_str()) {
             return Err(Refused::Issuer);
+        }
+        // An ID token is for the client that asked for it, never a bearer for a resource: one
+        // with this resource in its audience (some providers put the client there) is refused
+        // by its shape (RFC 9068's `typ`, OpenID's `nonce`).
+        let typ_ok = header
+            .typ
+            .as_deref()
+            .is_none_or(|t| ["at+jwt", "application/at+jwt", "jwt"].iter().any(|ok| t.eq_ignore_ascii_case(ok)));
+        if !typ_ok || data.claims.contains_key("nonce") {
+            return Err(Refused::NotAnAccessToken);
         }
         Ok(data.claims)
     }

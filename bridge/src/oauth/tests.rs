@@ -338,3 +338,26 @@ mod fuzz {
         }
     }
 }
+
+/// An ID token is for the client that asked for it, not a bearer for this resource, even when
+/// its audience holds the resource: refused by its `nonce` or a `typ` that is not an access
+/// token's. The same claims as an access token (`at+jwt`, or `JWT`) pass.
+#[tokio::test]
+async fn an_id_token_is_not_an_access_token() {
+    let s = setup().await;
+    let mut id_token = s.claims("alice");
+    id_token["nonce"] = json!("n-0S6_WzA2Mj");
+    assert!(matches!(s.check(&s.token(&id_token)).await, Err(Refused::NotAnAccessToken)));
+    let typed = |typ: &str| {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some("rsa-1".into());
+        header.typ = Some(typ.to_owned());
+        jsonwebtoken::encode(&header, &s.claims("alice"), &s.rsa).unwrap()
+    };
+    assert!(matches!(s.check(&typed("id+jwt")).await, Err(Refused::NotAnAccessToken)));
+    assert!(matches!(s.check(&typed("logout+jwt")).await, Err(Refused::NotAnAccessToken)));
+    for ok in ["at+jwt", "application/at+jwt", "JWT"] {
+        assert_eq!(s.check(&typed(ok)).await.expect(ok).principal, "oauth:alice", "{ok}");
+    }
+    assert_eq!(Refused::NotAnAccessToken.audit_code(), crate::error::code::OAUTH_NOT_AN_ACCESS_TOKEN);
+}

@@ -286,7 +286,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     // A child that may reach the network through the proxy gets its gate first: the sandbox
     // mounts it.
     let gate = match (&spec.sandbox, &spec.egress) {
-        (Some(c), Some(own)) if c.contained() && c.egress().mode() == EgressMode::Proxy => {
+        (Some(c), Some(own)) if c.contained() && c.network_mode() == EgressMode::Proxy => {
             let mut rules = own.clone();
             rules.extend(c.egress().operator_rules(spec.workdir.as_ref().map(|(root, _)| root.as_path())));
             Some(c.egress().open(&spec.task_id, crate::egress::Allow::new(rules)).await?)

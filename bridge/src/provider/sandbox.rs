@@ -41,6 +41,9 @@ struct Inner {
     bwrap: Option<(PathBuf, String)>,
     /// Why the seccomp filter does not load here (`None`: it does, or there is no sandbox).
     seccomp_refused: Option<String>,
+    /// Why a sandbox cannot have a network namespace of its own here (`None`: it can, or
+    /// there is no sandbox, or the operator chose the host's network).
+    network_refused: Option<String>,
     /// Why there is no sandbox (operator-facing; may name host paths, never sent to MCP).
     reason: Option<String>,
     /// What to replace by empty directories (existing, canonical).
@@ -127,18 +130,20 @@ impl Containment {
     pub fn detect(config: &BridgeConfig, base_env: &BaseEnv) -> Result<Containment, String> {
         let hidden = hidden_paths(config, base_env)?;
         let tmp_root = config.state_dir.join("tmp");
-        let (bwrap, reason, seccomp_refused) = match config.sandbox.mode {
+        let wants_network = config.sandbox.egress != crate::config::EgressMode::Host;
+        let (bwrap, reason, seccomp_refused, network_refused) = match config.sandbox.mode {
             SandboxMode::Off => {
-                (None, Some("SERVERFS_AGENT_SANDBOX=off: tasks run without a sandbox".to_owned()), None)
+                (None, Some("SERVERFS_AGENT_SANDBOX=off: tasks run without a sandbox".to_owned()), None, None)
             }
             SandboxMode::Auto | SandboxMode::Required => match super::probe::which("bwrap", base_env.get("PATH")) {
-                None => (None, Some(format!("bwrap is not on the bridge's PATH: {INSTALL_HINT}")), None),
+                None => (None, Some(format!("bwrap is not on the bridge's PATH: {INSTALL_HINT}")), None, None),
                 Some(bin) => match try_sandbox(&bin) {
                     Ok(version) => {
                         let seccomp = try_seccomp(&bin).err();
-                        (Some((bin, version)), None, seccomp)
+                        let network = if wants_network { try_network(&bin).err() } else { None };
+                        (Some((bin, version)), None, seccomp, network)
                     }
-                    Err(why) => (None, Some(why), None),
+                    Err(why) => (None, Some(why), None, None),
                 },
             },
         };
@@ -158,6 +163,7 @@ impl Containment {
             mode: config.sandbox.mode,
             bwrap,
             seccomp_refused,
+            network_refused,
             reason,
             hidden,
             tmp_root,
@@ -182,6 +188,7 @@ impl Containment {
                 mode,
                 bwrap: None,
                 seccomp_refused: None,
+                network_refused: None,
                 reason: Some(reason.to_owned()),
                 hidden: Vec::new(),
                 tmp_root: std::env::temp_dir(),
@@ -235,6 +242,16 @@ impl Containment {
         &self.inner.egress
     }
 
+    /// The network tasks actually get: the configured mode, or the host's where this machine
+    /// refuses a sandbox a network namespace of its own (with `auto`; `required` then refuses
+    /// tasks instead).
+    pub fn network_mode(&self) -> crate::config::EgressMode {
+        match self.inner.network_refused {
+            Some(_) => crate::config::EgressMode::Host,
+            None => self.inner.egress.mode(),
+        }
+    }
+
     /// What a task of `workdir` gets from the sandbox, for its manifest (no host path): its
     /// view, its network and its filter.
     pub fn manifest_json(&self, workdir: &crate::config::Workdir, writable: bool) -> Value {
@@ -258,8 +275,8 @@ impl Containment {
                 "operator_write": count(&self.inner.write, own.map(|w| w.write.as_slice())),
             },
             "network": {
-                "mode": self.inner.egress.mode().as_str(),
-                "runtime_endpoints": self.inner.egress.mode() == crate::config::EgressMode::Proxy,
+                "mode": self.network_mode().as_str(),
+                "runtime_endpoints": self.network_mode() == crate::config::EgressMode::Proxy,
                 "allowed": allowed,
             },
             "seccomp": self.seccomp(),
@@ -270,7 +287,7 @@ impl Containment {
     /// The network tasks get: the mode and the hosts every task may reach beyond its runtime's
     /// own endpoints (`none` without the sandbox, which has no network of its own to give).
     fn egress_json(&self) -> Value {
-        let mode = if self.contained() { self.inner.egress.mode().as_str() } else { "host" };
+        let mode = if self.contained() { self.network_mode().as_str() } else { "host" };
         let allowed: Vec<String> = self.inner.egress.operator_rules(None).iter().map(ToString::to_string).collect();
         json!({ "mode": mode, "allowed": allowed })
     }
@@ -286,16 +303,20 @@ impl Containment {
         if self.inner.mode != SandboxMode::Required {
             return Ok(());
         }
-        match (&self.inner.bwrap, &self.inner.seccomp_refused) {
-            (None, _) => Err(Unavailable(format!(
+        match (&self.inner.bwrap, &self.inner.seccomp_refused, &self.inner.network_refused) {
+            (None, _, _) => Err(Unavailable(format!(
                 "SERVERFS_AGENT_SANDBOX=required but the task sandbox cannot run on this machine: {}",
                 caller_safe(self.inner.reason.as_deref().unwrap_or("unknown"))
             ))),
-            (Some(_), Some(why)) => Err(Unavailable(format!(
+            (Some(_), Some(why), _) => Err(Unavailable(format!(
                 "SERVERFS_AGENT_SANDBOX=required but the task sandbox's seccomp filter cannot load here: {}",
                 caller_safe(why)
             ))),
-            (Some(_), None) => Ok(()),
+            (Some(_), None, Some(why)) => Err(Unavailable(format!(
+                "SERVERFS_AGENT_SANDBOX=required but the task sandbox cannot have a network namespace of its own here: {}",
+                caller_safe(why)
+            ))),
+            (Some(_), None, None) => Ok(()),
         }
     }
 
@@ -311,6 +332,7 @@ impl Containment {
             "cgroup": self.inner.cgroups.is_some(),
             "seccomp": self.seccomp(),
             "seccomp_detail": self.inner.seccomp_refused,
+            "network_detail": self.inner.network_refused,
             "new_session": self.contained(),
             "egress": self.egress_json(),
             "view": {
@@ -375,7 +397,7 @@ impl Containment {
             _ => None,
         };
         let mut args: Vec<OsString> = BASE_FLAGS.iter().map(OsString::from).collect();
-        if self.inner.egress.mode() != crate::config::EgressMode::Host {
+        if self.network_mode() != crate::config::EgressMode::Host {
             args.push("--unshare-net".into());
         }
         args.extend(super::view::args(&self.inner.system, Some(&*private_tmp), &mounts, &self.inner.hidden));
@@ -553,6 +575,16 @@ fn egress_of(config: &BridgeConfig, workdirs: &[PathBuf]) -> crate::egress::Egre
         rules(&config.sandbox.egress_allow),
         per_workdir,
     )
+}
+
+/// Starts one trivial sandbox with a network namespace of its own (what `proxy` and `none`
+/// give tasks): `Ok` when the kernel allows it here.
+fn try_network(bwrap: &Path) -> Result<(), String> {
+    let args = trial_args(&["--unshare-net"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    super::process::run_bounded(bwrap, &args, Duration::from_secs(10), false)
+        .map(|_| ())
+        .map_err(|e| format!("{} cannot give a sandbox a network namespace ({})", bwrap.display(), e.trim()))
 }
 
 /// The operator's `SANDBOX_READ` and `_WRITE` paths (global, then per workdir), each
