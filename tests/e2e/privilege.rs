@@ -379,9 +379,11 @@ fn loopback_service() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     (port, count)
 }
 
-/// Run in a task: a GET of `$1` through the proxy the environment names, and straight.
+/// Run in a task: a GET of `$1` through the proxy the environment names (even for a name that
+/// `NO_PROXY` sends straight, as a hostile task would), and straight.
 const FETCH: &str = r#"
-import json, sys, urllib.request, urllib.error
+import json, os, sys, urllib.request, urllib.error
+os.environ.pop("NO_PROXY", None); os.environ.pop("no_proxy", None)
 out = {}
 def get(name, opener):
     try:
@@ -437,6 +439,38 @@ async fn a_task_reaches_no_loopback_service_unless_it_is_allowed() {
     let text = b.wait_terminal(&id).await["final_response"].as_str().unwrap_or_default().to_owned();
     assert!(text.contains("\"proxied\": \"http 403\""), "{text}");
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// The namespace's loopback is the task's own: a server the task starts there (a dev server,
+/// its tests) is reached straight by a client that honours the proxy variables, since
+/// `NO_PROXY` names loopback; nothing of it goes to the gate.
+#[tokio::test]
+async fn a_task_reaches_its_own_loopback_straight() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let b = TestBridge::start().await;
+    std::fs::write(
+        b.repo.join("own.py"),
+        r#"import http.server, os, threading, urllib.request
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"own")
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+threading.Thread(target=s.serve_forever, daemon=True).start()
+assert os.environ.get("HTTP_PROXY"), "the proxy is set"
+for host in ("127.0.0.1", "localhost"):
+    print(host, urllib.request.urlopen(f"http://{host}:{s.server_port}/", timeout=10).read().decode())
+"#,
+    )
+    .expect("script");
+    let id = b.submit("exec:python3 own.py").await;
+    let end = b.wait_terminal(&id).await;
+    let text = end["final_response"].as_str().unwrap_or_default();
+    assert!(text.contains("127.0.0.1 own") && text.contains("localhost own"), "{end:#}");
+    let events = b.all_events(&id).await;
+    assert!(!events.iter().any(|e| e["event_type"] == "egress.denied"), "{events:#?}");
 }
 
 /// `SERVERFS_AGENT_EGRESS=none`: no network at all. `host`: the host's network, shared (the

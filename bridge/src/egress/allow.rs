@@ -153,6 +153,16 @@ impl Allow {
         self.rules.iter().any(|r| r.allows(host, port))
     }
 
+    /// Whether some rule names the host's loopback (`localhost`, `127.0.0.1`, `[::1]`): then the
+    /// task's loopback names must go through the proxy, which alone can reach the host's.
+    pub fn names_loopback(&self) -> bool {
+        self.rules.iter().any(|r| match &r.host {
+            Host::Ip(ip) => ip.is_loopback(),
+            Host::Name(name) => name == "localhost" || name.ends_with(".localhost"),
+            Host::Below(domain) => domain == "localhost",
+        })
+    }
+
     /// Whether a connection to `host:port`, which resolved to `addr`, may reach it: a public
     /// address through any matching rule; a loopback, private or link-local one only through a
     /// matching rule that names such a place itself.
@@ -265,6 +275,15 @@ mod tests {
         assert!(rule("127.0.0.1:4000").allows("127.0.0.1", 4000));
         assert!(!rule("127.0.0.1:4000").allows("127.0.0.1", 4001));
         assert!(rule("[::1]:4000").allows("[::1]", 4000));
+    }
+
+    #[test]
+    fn an_allowance_knows_whether_it_names_the_hosts_loopback() {
+        let named = |text: &str| Allow::new(text.split(',').map(rule)).names_loopback();
+        assert!(!named("api.openai.com,*.pypi.org,10.0.0.5:8080"));
+        for text in ["127.0.0.1:8080", "localhost:5173", "[::1]:9", "a.example.com,127.0.0.2"] {
+            assert!(named(text), "{text}");
+        }
     }
 
     #[test]

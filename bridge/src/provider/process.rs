@@ -289,9 +289,15 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         (Some(c), Some(own)) if c.contained() && c.network_mode() == EgressMode::Proxy => {
             let mut rules = own.clone();
             rules.extend(c.egress().operator_rules(spec.workdir.as_ref().map(|(root, _)| root.as_path())));
-            Some(c.egress().open(&spec.task_id, crate::egress::Allow::new(rules)).await?)
+            let allow = crate::egress::Allow::new(rules);
+            let own_loopback = !allow.names_loopback();
+            Some((c.egress().open(&spec.task_id, allow).await?, own_loopback))
         }
         _ => None,
+    };
+    let (gate, own_loopback) = match gate {
+        Some((gate, own)) => (Some(gate), own),
+        None => (None, false),
     };
     // The sandbox's command line and the task's cgroup are prepared off the reactor (they
     // touch the filesystem); the fork itself stays on this worker thread.
@@ -351,6 +357,13 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         let proxy = format!("http://{}", super::relay::LISTEN);
         for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"] {
             cmd.env(var, &proxy);
+        }
+        // The namespace's loopback is the task's own (a dev server it starts, its tests): reached
+        // directly, unless a rule sends loopback names to the host's, which only the proxy can.
+        if own_loopback {
+            for var in ["NO_PROXY", "no_proxy"] {
+                cmd.env(var, "localhost,127.0.0.1,::1");
+            }
         }
     }
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
