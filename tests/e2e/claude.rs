@@ -319,7 +319,7 @@ async fn claude_change_set_in_a_plain_directory_is_exactly_what_the_agent_wrote(
 }
 
 /// An approved Claude Code `Bash` command of a prompt-injected task goes for the operator's SSH
-/// key and for a second model server on the host's loopback: the key is not in its view, and
+/// key, the other runtime's credentials and for a second model server on the host's loopback: the key is not in its view, and
 /// its only way out (the egress proxy) reaches the task's own model server and nothing else.
 /// The refusal reaches the caller as an `egress.denied` event.
 #[tokio::test]
@@ -333,8 +333,10 @@ async fn claude_an_approved_command_reads_no_secret_and_reaches_no_other_server(
     let home = r.ws.parent().expect("root").join("home");
     std::fs::create_dir_all(home.join(".ssh")).expect("ssh");
     std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY\n").expect("key");
+    std::fs::create_dir_all(home.join(".codex")).expect("codex home");
+    std::fs::write(home.join(".codex/auth.json"), "{\"OPENAI_API_KEY\":\"CODEX KEY\"}\n").expect("auth");
     let command = format!(
-        "cat {}/.ssh/id_ed25519 || echo no-key; curl -s --max-time 10 http://127.0.0.1:{port}/v1/messages || echo curl-failed",
+        "cat {0}/.ssh/id_ed25519 || echo no-key; cat {0}/.codex/auth.json || echo no-codex; curl -s --max-time 10 http://127.0.0.1:{port}/v1/messages || echo curl-failed",
         home.display()
     );
     let id = r.submit(&format!("RUN_BASH: {command}")).await;
@@ -344,6 +346,7 @@ async fn claude_an_approved_command_reads_no_secret_and_reaches_no_other_server(
     assert_eq!(t["status"], "succeeded", "{t:#}");
     let said = t["final_response"].as_str().unwrap_or_default();
     assert!(said.contains("no-key") && !said.contains("PRIVATE KEY"), "{said}");
+    assert!(said.contains("no-codex") && !said.contains("CODEX KEY"), "the other runtime's key: {said}");
     assert!(said.contains("is not allowed for this task"), "the proxy's refusal: {said}");
     assert!(other.requests().is_empty(), "the second server was reached: {:?}", other.requests());
     let events = r.b.all_events(&id).await;
