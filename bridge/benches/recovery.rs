@@ -70,7 +70,7 @@ fn seed_crashed_writers(store: &Store, now: i64) {
     for slot in 1..=GUARDS {
         let alias = format!("w{slot}");
         let id = format!("agt_{:032x}", 0xdead_0000 + slot);
-        let guard = NewGuard { workdir_alias: alias.clone() };
+        let guard = NewGuard { workdir_alias: alias.clone(), worktree: None };
         store.insert_task(&new_task(&id, &alias, now), u32::MAX, Some(&guard), &submitted).expect("insert");
         store.transition(&id, TaskStatus::Starting, TransitionFields::default(), now).expect("starting");
         store.transition(&id, TaskStatus::Running, TransitionFields::default(), now).expect("running");

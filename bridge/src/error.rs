@@ -69,6 +69,10 @@ pub mod code {
     pub const INVALID_RESULT_LIMIT: &str = "INVALID_RESULT_LIMIT";
     /// `SERVERFS_AGENT_SANDBOX=required` and the task sandbox cannot run on this machine.
     pub const AGENT_SANDBOX_UNAVAILABLE: &str = "AGENT_SANDBOX_UNAVAILABLE";
+    /// `isolation: worktree` on a workdir that is not the top of a git work tree.
+    pub const WORKDIR_NOT_A_GIT_REPOSITORY: &str = "WORKDIR_NOT_A_GIT_REPOSITORY";
+    /// A worktree task's worktree could not be made (the message says which step failed).
+    pub const WORKTREE_FAILED: &str = "WORKTREE_FAILED";
     /// Unknown request id on that task.
     pub const REQUEST_NOT_FOUND: &str = "REQUEST_NOT_FOUND";
     /// The request was already answered.
@@ -173,6 +177,8 @@ pub mod code {
         INVALID_RESULT_OFFSET,
         INVALID_RESULT_LIMIT,
         AGENT_SANDBOX_UNAVAILABLE,
+        WORKDIR_NOT_A_GIT_REPOSITORY,
+        WORKTREE_FAILED,
         REQUEST_NOT_FOUND,
         REQUEST_ALREADY_RESOLVED,
         REQUEST_STALE,
@@ -262,6 +268,7 @@ impl ErrorKind {
             | proto::METHOD_NOT_FOUND => ErrorKind::NotFound,
             INVALID_ARGUMENT
             | INVALID_WORKDIR_PATH
+            | WORKDIR_NOT_A_GIT_REPOSITORY
             | AGENT_PROMPT_TOO_LARGE
             | AGENT_MESSAGE_TOO_LARGE
             | INVALID_RESULT_OFFSET
@@ -324,7 +331,8 @@ impl ErrorKind {
             | BRIDGE_SHUTDOWN
             | BRIDGE_RESTARTED
             | AGENT_PLAN_STEP_CANCELLED
-            | AGENT_PLAN_STEP_FAILED => ErrorKind::Stopped,
+            | AGENT_PLAN_STEP_FAILED
+            | WORKTREE_FAILED => ErrorKind::Stopped,
             INTERNAL_ERROR
             | proto::RESPONSE_TOO_LARGE
             | proto::BRIDGE_PROTOCOL_ERROR

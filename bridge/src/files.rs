@@ -89,3 +89,30 @@ pub fn check_private(path: &Path, meta: &std::fs::Metadata, want_dir: bool) -> R
     }
     Ok(())
 }
+
+/// Removes the tree at `path` whatever a task did to it: a directory it made unreadable or
+/// unwritable is made the owner's again (never following a symlink) and the removal retried.
+/// Blocking.
+pub fn remove_tree(path: &Path) {
+    let first = match std::fs::remove_dir_all(path) {
+        Ok(()) => return,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => e,
+    };
+    let mut stack = vec![path.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let is_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        if !is_dir {
+            continue;
+        }
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            stack.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(cause = %e, first = %first, "cannot remove a task's directory");
+    }
+}

@@ -1,4 +1,5 @@
-//! Writer leases: an exclusive `flock` per workdir on a lock file in the bridge's lock dir.
+//! Writer leases: an exclusive `flock` per workdir (and per worktree branch) on a lock file in
+//! the bridge's lock dir.
 //!
 //! A lease is held for a `workspace-write` task from submit until its provider's cleanup is
 //! over. The kernel releases it if the bridge dies, which is why the persistent recovery guard
@@ -57,7 +58,18 @@ impl Leases {
 
     /// Takes the lease of `slot` without waiting (blocking file I/O: call off the reactor).
     pub fn try_acquire(&self, slot: u8) -> Result<Lease, LeaseError> {
-        let path = self.path(slot);
+        self.take(self.path(slot), slot)
+    }
+
+    /// Takes the lease of a worktree branch of `slot`, named by the task that made the branch
+    /// (an `agt_` id: its continuations and a plan's steps share it), without waiting. A
+    /// workdir's worktree branches and its in-place writer never exclude each other.
+    pub fn try_acquire_branch(&self, slot: u8, origin_task_id: &str) -> Result<Lease, LeaseError> {
+        let name: String = origin_task_id.chars().filter(char::is_ascii_alphanumeric).take(40).collect();
+        self.take(self.dir.join(format!("{slot:02}-{name}.lock")), slot)
+    }
+
+    fn take(&self, path: PathBuf, slot: u8) -> Result<Lease, LeaseError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -108,6 +120,18 @@ mod tests {
         assert!(leases.try_acquire(2).is_ok(), "slots do not conflict");
         drop(first);
         assert!(leases.try_acquire(1).is_ok());
+    }
+
+    #[test]
+    fn a_branch_lease_excludes_only_its_branch() {
+        let dir = tempfile::tempdir().unwrap();
+        let leases = Leases::open(&dir.path().join("locks")).unwrap();
+        let in_place = leases.try_acquire(1).unwrap();
+        let branch = leases.try_acquire_branch(1, "agt_0123").unwrap();
+        assert!(matches!(leases.try_acquire_branch(1, "agt_0123"), Err(LeaseError::Busy)));
+        assert!(leases.try_acquire_branch(1, "agt_4567").is_ok(), "another branch of the same workdir");
+        assert!(leases.try_acquire_branch(1, "../../x").is_ok(), "a name is only letters and digits");
+        drop((in_place, branch));
     }
 
     #[test]

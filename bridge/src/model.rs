@@ -181,6 +181,62 @@ wire_names!(Profile, "profile" {
     WorkspaceWrite => "workspace-write",
 });
 
+/// Where a writer task works: the user's checkout, or a git worktree of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// In the workdir itself, one writer at a time (the writer lease of the workdir).
+    #[default]
+    InPlace,
+    /// In a git worktree of its own, on its own branch, outside the repository.
+    Worktree,
+}
+
+wire_names!(Isolation, "isolation" {
+    InPlace => "in_place",
+    Worktree => "worktree",
+});
+
+/// What became of a worktree task's worktree and branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorktreeState {
+    /// Submitted; the worktree does not exist yet (or its creation was cut short).
+    Preparing,
+    /// The worktree exists; the agent may be working in it.
+    Active,
+    /// The task ended; its branch holds work a human has not merged or discarded.
+    Open,
+    /// The task ended without changing anything: no branch is left.
+    Empty,
+    /// The task ended but its work could not be put on its branch: the worktree is kept
+    /// (`reason` says why); a human discards it.
+    Kept,
+    /// The branch was merged into the checkout's branch.
+    Merged,
+    /// The branch was deleted by a human.
+    Discarded,
+    /// No worktree could be made (`reason` says why); nothing is left.
+    Failed,
+}
+
+wire_names!(WorktreeState, "worktree state" {
+    Preparing => "preparing",
+    Active => "active",
+    Open => "open",
+    Empty => "empty",
+    Kept => "kept",
+    Merged => "merged",
+    Discarded => "discarded",
+    Failed => "failed",
+});
+
+impl WorktreeState {
+    /// Whether the branch (or a kept worktree) still holds work nobody merged or discarded.
+    pub fn holds_work(self) -> bool {
+        matches!(self, WorktreeState::Preparing | WorktreeState::Active | WorktreeState::Open | WorktreeState::Kept)
+    }
+}
+
 /// The kind of a pending interaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InteractionKind {

@@ -42,3 +42,4 @@ mod socket_bounds;
 mod tasks;
 mod tidy;
 mod validation;
+mod worktrees;

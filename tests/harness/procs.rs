@@ -28,8 +28,12 @@ impl TestBridge {
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             // Tight loop on purpose: the window is a few milliseconds wide.
             let started = loop {
-                // The provider, not the git of the change-set baseline taken just before it.
-                let provider = |pid: i32| environ_has(pid, &marker) && !environ_has(pid, "AGENT_BRIDGE_SNAPSHOT=1");
+                // The provider, not the bridge's own git (the change-set baseline taken just
+                // before it, a worktree's creation), which says what it is in `AGENT_BRIDGE_GIT`.
+                let provider = |pid: i32| {
+                    environ_has(pid, &marker)
+                        && !read_environ(pid).is_some_and(|e| e.split(|&b| b == 0).any(|v| v.starts_with(b"AGENT_BRIDGE_GIT=")))
+                };
                 if child_pids(bridge).iter().any(|&pid| provider(pid)) {
                     break true;
                 }

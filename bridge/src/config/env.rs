@@ -122,6 +122,15 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
     let policy = GlobalPolicy::read(reader, enable_fake_runtime);
     let workdirs = workdirs::read_workdirs(reader, &policy);
     let sandbox = read_sandbox(reader);
+    let key = "SERVERFS_AGENT_BRANCH_PREFIX";
+    let branch_prefix = reader.effective(key).unwrap_or("agent/").to_owned();
+    let prefix_ok = match super::check_branch_prefix(&branch_prefix) {
+        Ok(()) => true,
+        Err(why) => {
+            reader.refuse(key, format!("{} {why}", shown(key, &branch_prefix)));
+            false
+        }
+    };
     Some(BridgeConfig {
         socket_path: socket_dir?.join("bridge.sock"),
         state_dir: state_dir?,
@@ -142,6 +151,7 @@ fn read_bridge_config(reader: &mut Reader<'_>) -> Option<BridgeConfig> {
         board_socket: None,
         log_level: LogLevel::default(),
         sandbox: sandbox?,
+        branch_prefix: prefix_ok.then_some(branch_prefix)?,
         config_file: None,
     })
 }
@@ -396,6 +406,9 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
         {
             refusals.push(Some(field), format!("{} is not an absolute path", path.display()));
         }
+    }
+    if let Err(why) = super::check_branch_prefix(&config.branch_prefix) {
+        refusals.push(Some("branch_prefix"), format!("{:?} {why}", config.branch_prefix));
     }
     let limits = &config.limits;
     for (field, value, max) in [

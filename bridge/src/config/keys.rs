@@ -269,6 +269,12 @@ pub static KEYS: &[KeySpec] = &[
         "Hosts every task may reach beyond its runtime's own endpoints: comma-separated host, host:port or *.domain, e.g. registry.npmjs.org,*.pypi.org.",
     ),
     ours(
+        "SERVERFS_AGENT_BRANCH_PREFIX",
+        Some("agent/"),
+        Group::Policy,
+        "What a worktree task's branch is named with, before its short id (agent/ gives agent/3f2a9c1b0d4e).",
+    ),
+    ours(
         "SERVERFS_AGENT_BRIDGE_SOCKET",
         None,
         Group::Front,
@@ -551,6 +557,12 @@ pub static KEYS: &[KeySpec] = &[
         None,
         Group::Workdir,
         "Hosts this workdir's tasks may reach beyond SERVERFS_AGENT_EGRESS_ALLOW.",
+    ),
+    ours(
+        "WORKDIR_NN_AGENT_ISOLATION",
+        Some("in_place"),
+        Group::Workdir,
+        "Where this workdir's writer tasks work unless a task says: in_place (the checkout itself, one writer at a time) or worktree (a git worktree of their own, on their own branch).",
     ),
     serverfs("SERVERFS_IMAGE", "The ServerFS container image."),
     serverfs("SERVERFS_AGENT_BRIDGE_ENABLED", "ServerFS's master switch for its own bridge."),

@@ -88,10 +88,50 @@ pub struct BridgeConfig {
     /// `auto` and nothing extra hidden.
     #[serde(default)]
     pub sandbox: SandboxSettings,
+    /// `SERVERFS_AGENT_BRANCH_PREFIX`: what a worktree task's branch is named with, before its
+    /// short id (`agent/`).
+    #[serde(default = "default_branch_prefix")]
+    pub branch_prefix: String,
     /// The rendered config file this bridge was started from (`serve --config`), hidden from
     /// tasks like the rest of the bridge's private files; set at start, never serialized.
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
+}
+
+/// The branch prefix when none is set.
+pub fn default_branch_prefix() -> String {
+    "agent/".to_owned()
+}
+
+/// Whether `prefix` followed by a short task id is a branch name git accepts (the rules of
+/// `git check-ref-format --branch`, for the characters a prefix can bring), or why not.
+pub fn check_branch_prefix(prefix: &str) -> Result<(), String> {
+    let name = format!("{prefix}0123456789ab");
+    let bad_char = name.chars().find(|c| c.is_control() || " ~^:?*[\\".contains(*c) || *c == '\u{7f}');
+    if prefix.is_empty() {
+        return Err("is empty: a worktree task's branch needs a prefix, e.g. agent/".to_owned());
+    }
+    if prefix.len() > 64 {
+        return Err("is longer than 64 bytes".to_owned());
+    }
+    if let Some(c) = bad_char {
+        return Err(format!("contains {c:?}, which git refuses in a branch name"));
+    }
+    if name.starts_with('-')
+        || name.starts_with('/')
+        || name.contains("//")
+        || name.contains("..")
+        || name.contains("@{")
+    {
+        return Err("is not a valid start of a git branch name (no leading - or /, no //, .. or @{)".to_owned());
+    }
+    if name.split('/').any(|part| part.starts_with('.') || part.ends_with(".lock")) {
+        return Err("has a part that starts with . or ends with .lock, which git refuses".to_owned());
+    }
+    if name == "HEAD" || prefix.starts_with("refs/") {
+        return Err("would name a ref git treats specially".to_owned());
+    }
+    Ok(())
 }
 
 /// `SERVERFS_AGENT_SANDBOX`: whether every provider child runs in its own namespaces.
@@ -449,6 +489,9 @@ pub struct Workdir {
     /// `WORKDIR_NN_EGRESS_ALLOW`: more hosts this workdir's tasks may reach.
     #[serde(default)]
     pub egress_allow: Vec<String>,
+    /// `WORKDIR_NN_AGENT_ISOLATION`: where this workdir's writer tasks work by default.
+    #[serde(default)]
+    pub isolation: crate::model::Isolation,
 }
 
 /// Why a JSON config file could not be loaded.

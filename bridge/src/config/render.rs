@@ -180,11 +180,13 @@ mod tests {
                 sandbox_read: vec![],
                 sandbox_write: vec![],
                 egress_allow: vec![],
+                isolation: Default::default(),
             }],
             board_addr: crate::config::default_board_addr(),
             board_socket: None,
             log_level: crate::config::LogLevel::Warning,
             sandbox: crate::config::SandboxSettings::default(),
+            branch_prefix: crate::config::default_branch_prefix(),
             config_file: None,
         }
     }

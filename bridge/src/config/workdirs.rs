@@ -13,6 +13,7 @@ use super::keys::{SLOT_COUNT, slot_key};
 use super::refusals::Refusals;
 use super::values::{Reader, shown};
 use super::{AgentMode, BridgeConfig, RuntimeName, Workdir};
+use crate::model::Isolation;
 
 /// The global agent policy, as read; `None` marks a value that was refused.
 pub(super) struct GlobalPolicy {
@@ -50,6 +51,7 @@ struct SlotKeys {
     sandbox_read: String,
     sandbox_write: String,
     egress_allow: String,
+    isolation: String,
 }
 
 impl SlotKeys {
@@ -64,6 +66,7 @@ impl SlotKeys {
             sandbox_read: slot_key(slot, "SANDBOX_READ"),
             sandbox_write: slot_key(slot, "SANDBOX_WRITE"),
             egress_allow: slot_key(slot, "EGRESS_ALLOW"),
+            isolation: slot_key(slot, "AGENT_ISOLATION"),
         }
     }
 }
@@ -93,6 +96,7 @@ fn read_slot(
     let sandbox_read = reader.path_list(&keys.sandbox_read, "would show tasks the whole filesystem");
     let sandbox_write = reader.path_list(&keys.sandbox_write, "would let tasks write the whole filesystem");
     let egress_allow = reader.rule_list(&keys.egress_allow);
+    let isolation = read_isolation(reader, &keys.isolation);
     let (agent_mode, runtimes) = effective_policy(reader, &keys, policy, read_only?)?;
     (alias_ok && description_ok).then_some(Workdir {
         slot,
@@ -105,7 +109,21 @@ fn read_slot(
         sandbox_read: sandbox_read?,
         sandbox_write: sandbox_write?,
         egress_allow: egress_allow?,
+        isolation: isolation?,
     })
+}
+
+/// Reads a slot's isolation (`in_place` when unset).
+fn read_isolation(reader: &mut Reader<'_>, key: &str) -> Option<Isolation> {
+    let text = reader.raw(key);
+    if text.is_empty() {
+        return Some(Isolation::InPlace);
+    }
+    let isolation = Isolation::parse(&text.to_ascii_lowercase());
+    if isolation.is_none() {
+        reader.refuse(key, format!("{} is not an isolation (use in_place or worktree)", shown(key, text)));
+    }
+    isolation
 }
 
 /// Checks a slot's alias: present, well formed, not used by an earlier slot.
@@ -185,9 +203,12 @@ fn effective_policy(
 /// Refuses agent settings on a slot that has neither ALIAS nor PATH, where they would do nothing.
 fn check_unused_slot(reader: &mut Reader<'_>, slot: u8, read_only: Option<bool>) {
     let unused = format!("slot {slot:02} has no ALIAS or PATH, so this setting has no effect");
-    for suffix in ["AGENT_MODE", "AGENT_RUNTIMES", "SANDBOX_READ", "SANDBOX_WRITE", "EGRESS_ALLOW"] {
+    for suffix in ["AGENT_MODE", "AGENT_RUNTIMES", "SANDBOX_READ", "SANDBOX_WRITE", "EGRESS_ALLOW", "AGENT_ISOLATION"] {
         let key = slot_key(slot, suffix);
-        if !reader.raw(&key).is_empty() {
+        let value = reader.raw(&key);
+        // The default isolation, as the example writes it, changes nothing.
+        let default = suffix == "AGENT_ISOLATION" && value.eq_ignore_ascii_case("in_place");
+        if !value.is_empty() && !default {
             reader.refuse(&key, format!("{unused}: set the slot's ALIAS and PATH, or clear it"));
         }
     }

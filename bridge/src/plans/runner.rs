@@ -164,6 +164,9 @@ async fn start(inner: &Arc<Inner>, plan: &PlanRow, step: &StepRow, prior: Option
         path: plan.relative_cwd.clone(),
         profile,
         model: None,
+        // The workdir's; a later step continues the previous one, on its branch when it has one.
+        isolation: None,
+        base_ref: None,
         continue_from_task_id: prior,
         correlation_id: plan.correlation_id.clone(),
         idempotency_key: Some(step_key(&plan.plan_id, step.position)),

@@ -187,6 +187,7 @@ impl FakeRuntime {
             sandbox: Some(self.containment.clone()),
             // The session store lives in the state directory, which the sandbox hides.
             workdir: spec.workdir_view(),
+            git: spec.git.clone(),
             read: Vec::new(),
             write: vec![self.home.clone()],
             // No endpoint of its own: only what the operator allows (the tests' hostile agent).

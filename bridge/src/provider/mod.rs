@@ -26,6 +26,7 @@ pub mod env;
 pub mod events;
 pub mod fake;
 pub mod fake_agent;
+pub mod gitrun;
 pub mod io;
 pub mod leftovers;
 #[cfg(test)]
@@ -41,6 +42,7 @@ pub mod snapshot;
 pub mod tether;
 pub mod usage;
 pub mod view;
+pub mod worktree;
 
 use process::{ProofMaterial, StopProof, Supervised};
 
@@ -140,6 +142,8 @@ pub struct StartSpec {
     pub model: Option<String>,
     /// A native session to resume (continuations).
     pub resume_session: Option<String>,
+    /// A worktree task's view of its repository (its `workdir` is then its worktree).
+    pub git: Option<worktree::TreeGit>,
 }
 
 impl StartSpec {
@@ -286,6 +290,7 @@ pub struct Providers {
     claude: claude::ClaudeRuntime,
     containment: sandbox::Containment,
     snapshots: snapshot::Snapshots,
+    worktrees: worktree::Worktrees,
 }
 
 impl Providers {
@@ -311,9 +316,10 @@ impl Providers {
         };
         let codex = codex::CodexRuntime::new(&found(&config.codex, "codex"), base_env.clone(), containment.clone());
         let git = probe::which("git", base_env.get("PATH"));
-        let snapshots = snapshot::Snapshots::new(git, containment.clone());
+        let snapshots = snapshot::Snapshots::new(git.clone(), containment.clone());
+        let worktrees = worktree::Worktrees::new(git, containment.clone(), &config.state_dir);
         let claude = claude::ClaudeRuntime::new(&found(&config.claude, "claude"), base_env, containment.clone());
-        Providers { fake, codex, claude, containment, snapshots }
+        Providers { fake, codex, claude, containment, snapshots, worktrees }
     }
 
     /// What tasks run under (decided at startup).
@@ -324,6 +330,11 @@ impl Providers {
     /// The change-set snapshots of writer tasks.
     pub fn snapshots(&self) -> &snapshot::Snapshots {
         &self.snapshots
+    }
+
+    /// The worktrees of worktree tasks.
+    pub fn worktrees(&self) -> &worktree::Worktrees {
+        &self.worktrees
     }
 
     /// Probes a runtime (a real CLI's probe is cached briefly; it never starts inference).

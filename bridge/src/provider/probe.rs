@@ -113,6 +113,7 @@ pub async fn output(
         task_id: marker,
         sandbox: None,
         workdir: None,
+        git: None,
         read: Vec::new(),
         write: Vec::new(),
         egress: None,

@@ -53,6 +53,9 @@ pub struct SpawnSpec {
     /// In the sandbox: the task's workdir root and whether the child may write it (see
     /// [`Containment::wrap`](super::sandbox::Containment::wrap)).
     pub workdir: Option<(PathBuf, bool)>,
+    /// In the sandbox, for a worktree task's child (whose `workdir` is its worktree): what it
+    /// holds of the repository, and the checkout whose policy applies.
+    pub git: Option<super::worktree::TreeGit>,
     /// In the sandbox: more paths the child reads.
     pub read: Vec<PathBuf>,
     /// In the sandbox: more paths the child writes (its runtime's home, a session store).
@@ -288,7 +291,11 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     let gate = match (&spec.sandbox, &spec.egress) {
         (Some(c), Some(own)) if c.contained() && c.network_mode() == EgressMode::Proxy => {
             let mut rules = own.clone();
-            rules.extend(c.egress().operator_rules(spec.workdir.as_ref().map(|(root, _)| root.as_path())));
+            let policy_root = match &spec.git {
+                Some(git) => Some(git.checkout.as_path()),
+                None => spec.workdir.as_ref().map(|(root, _)| root.as_path()),
+            };
+            rules.extend(c.egress().operator_rules(policy_root));
             let allow = crate::egress::Allow::new(rules);
             let own_loopback = !allow.names_loopback();
             Some((c.egress().open(&spec.task_id, allow).await?, own_loopback))
@@ -307,6 +314,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
                 program: spec.program.clone(),
                 cwd: spec.cwd.clone(),
                 workdir: spec.workdir.clone(),
+                git: spec.git.clone(),
                 read: spec.read.clone(),
                 write: spec.write.clone(),
                 gate: gate.as_ref().map(|g| g.path().to_owned()),
@@ -347,6 +355,10 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         None => Command::new(&spec.program),
     };
     cmd.args(&spec.args).current_dir(&spec.cwd).env_clear().envs(spec.env.iter().map(|(k, v)| (k, v)));
+    if let Some(git) = &spec.git {
+        // The task's git writes its objects to its private directory, never the repository's.
+        cmd.envs(git.env());
+    }
     match &wrap {
         Some(_) => cmd.env(SANDBOX_VAR, &spec.task_id),
         None => cmd.env(MARKER_VAR, &spec.task_id),

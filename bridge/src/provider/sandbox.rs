@@ -50,6 +50,9 @@ struct Inner {
     hidden: Vec<PathBuf>,
     /// Where each task's private `/tmp` is created.
     tmp_root: PathBuf,
+    /// `<state>/worktrees`: worktree tasks' trees, the one part of the state directory a
+    /// task may work in (its own tree only).
+    worktrees: PathBuf,
     /// The configured workdirs (canonical): no operator path may show one.
     workdirs: Vec<PathBuf>,
     /// The system part of every view (decided at start).
@@ -167,6 +170,7 @@ impl Containment {
             reason,
             hidden,
             tmp_root,
+            worktrees: config.state_dir.join("worktrees"),
             workdirs,
             system,
             read,
@@ -192,6 +196,7 @@ impl Containment {
                 reason: Some(reason.to_owned()),
                 hidden: Vec::new(),
                 tmp_root: std::env::temp_dir(),
+                worktrees: PathBuf::from("/nonexistent-worktrees"),
                 workdirs: Vec::new(),
                 system: Vec::new(),
                 read: Vec::new(),
@@ -375,8 +380,15 @@ impl Containment {
         view: &ViewRequest,
     ) -> std::io::Result<Option<Wrap>> {
         let Some((bwrap, _)) = &self.inner.bwrap else { return Ok(None) };
+        // A worktree lives under the state directory: only its own tree is the exception.
+        let in_worktree = |cwd: &Path| {
+            view.workdir
+                .as_ref()
+                .is_some_and(|(root, _)| root.parent() == Some(self.inner.worktrees.as_path()) && cwd.starts_with(root))
+        };
         if let Ok(cwd) = view.cwd.canonicalize()
             && self.inner.hidden.iter().any(|h| cwd.starts_with(h))
+            && !in_worktree(&cwd)
         {
             return Err(std::io::Error::other("the task's directory is one of the bridge's private paths"));
         }
@@ -435,14 +447,26 @@ impl Containment {
         let mut read: Vec<PathBuf> = inner.read.clone();
         let mut write: Vec<PathBuf> = inner.write.clone();
         if let Some((root, writable)) = &view.workdir {
-            if let Some(extra) = inner.workdir_paths.iter().find(|w| w.root == *root) {
+            let policy_root = view.git.as_ref().map_or(root, |g| &g.checkout);
+            if let Some(extra) = inner.workdir_paths.iter().find(|w| w.root == *policy_root) {
                 read.extend(extra.read.iter().cloned());
                 write.extend(extra.write.iter().cloned());
             }
             mounts.add(root.clone(), if *writable { Access::Write } else { Access::Read });
-            // A linked worktree's repository lives outside it: git needs it as the tree does.
-            if let Some(common) = linked_git_dir(root) {
-                mounts.add(common, if *writable { Access::Write } else { Access::Read });
+            match &view.git {
+                // A worktree task's repository: readable, but for its own entry and its
+                // private objects (its git writes nothing else of it).
+                Some(git) => {
+                    mounts.add(git.common.clone(), Access::Read);
+                    mounts.add(git.entry.clone(), Access::Write);
+                    mounts.add(git.objects.clone(), Access::Write);
+                }
+                // A linked worktree's repository lives outside it: git needs it as the tree does.
+                None => {
+                    if let Some(common) = linked_git_dir(root) {
+                        mounts.add(common, if *writable { Access::Write } else { Access::Read });
+                    }
+                }
             }
         }
         read.extend(view.read.iter().cloned());
@@ -475,6 +499,8 @@ pub struct ViewRequest {
     pub cwd: PathBuf,
     /// The task's workdir root (canonical) and whether the task may write it.
     pub workdir: Option<(PathBuf, bool)>,
+    /// For a worktree task: what it holds of the repository (its `workdir` is the worktree).
+    pub git: Option<super::worktree::TreeGit>,
     /// More paths it reads (a repository's objects a snapshot uses).
     pub read: Vec<PathBuf>,
     /// More paths it writes (its runtime's home, a session store, a snapshot directory).

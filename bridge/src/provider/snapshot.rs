@@ -18,9 +18,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-
-use super::process::{SpawnSpec, spawn};
+use super::gitrun::{Failed, GitRun};
 use super::sandbox::Containment;
 use super::tether::SpawnKind;
 
@@ -64,23 +62,6 @@ end)
 *) exit 2 ;;
 esac
 "#;
-
-/// Git settings for every run (command-line scope, so a repository's own cannot override them).
-const GIT_SETTINGS: &[(&str, &str)] = &[
-    ("core.fsmonitor", "false"),
-    ("core.hooksPath", "/dev/null"),
-    ("core.untrackedCache", "false"),
-    ("core.splitIndex", "false"),
-    ("core.quotePath", "false"),
-    ("core.symlinks", "true"),
-    ("gc.auto", "0"),
-    ("maintenance.auto", "false"),
-    ("diff.renames", "true"),
-    ("diff.noprefix", "false"),
-    ("submodule.recurse", "false"),
-    ("protocol.allow", "never"),
-    ("safe.directory", "*"),
-];
 
 /// How a baseline was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,87 +209,39 @@ impl Snapshots {
     ) -> Result<(), String> {
         let mut env: Vec<(OsString, OsString)> = Vec::new();
         let mut set = |k: &str, v: OsString| env.push((k.into(), v));
-        let git_bin = git.parent().map(Path::as_os_str).unwrap_or_default().to_owned();
-        let mut path = git_bin;
-        path.push(":/usr/bin:/bin");
-        set("PATH", path);
         set("HOME", dir.into());
         set("XDG_CONFIG_HOME", dir.into());
-        set("LC_ALL", "C".into());
         set("GIT_DIR", dir.join("git").into());
         set("GIT_WORK_TREE", root.into());
         set("GIT_INDEX_FILE", dir.join("index").into());
-        for var in ["GIT_CONFIG_NOSYSTEM", "GIT_ATTR_NOSYSTEM", "GIT_NO_REPLACE_OBJECTS", "GIT_NO_LAZY_FETCH"] {
-            set(var, "1".into());
-        }
-        set("GIT_CONFIG_GLOBAL", "/dev/null".into());
-        set("GIT_OPTIONAL_LOCKS", "0".into());
-        set("GIT_TERMINAL_PROMPT", "0".into());
-        set("GIT_PAGER", "cat".into());
-        let excludes = exclude.map(PathBuf::into_os_string).unwrap_or_else(|| "/dev/null".into());
-        let settings =
-            GIT_SETTINGS.iter().map(|(k, v)| (*k, OsString::from(v))).chain([("core.excludesFile", excludes)]);
-        let mut count = 0;
-        for (i, (key, value)) in settings.enumerate() {
-            set(&format!("GIT_CONFIG_KEY_{i}"), key.into());
-            set(&format!("GIT_CONFIG_VALUE_{i}"), value);
-            count = i + 1;
-        }
-        set("GIT_CONFIG_COUNT", count.to_string().into());
-        // Says what this process is (the task's own processes carry the same task marker).
-        set("AGENT_BRIDGE_SNAPSHOT", "1".into());
         set("AB_ROOT", root.into());
         set("AB_DIR", dir.into());
         set("AB_PATCH_LIMIT", (PATCH_LIMIT + 1).to_string().into());
         if let Some(seed) = seed_index {
             set("AB_SEED_INDEX", seed.into());
         }
-        let spawned = spawn(SpawnSpec {
-            program: PathBuf::from("/bin/sh"),
-            args: vec!["-c".into(), SCRIPT.into(), "agent-bridge-snapshot".into(), phase.into()],
-            cwd: root.to_owned(),
+        let excludes = exclude.map(PathBuf::into_os_string).unwrap_or_else(|| "/dev/null".into());
+        let run = GitRun {
+            git,
+            task_id,
+            script: SCRIPT,
+            phase,
+            cwd: root,
             env,
-            task_id: task_id.to_owned(),
-            sandbox: Some(self.containment.clone()),
+            settings: vec![("core.excludesFile", excludes)],
             // The workdir is only read: git writes the private store and index.
             workdir: Some((root.to_owned(), false)),
             read: outside.to_vec(),
             write: vec![dir.to_owned()],
-            // git needs no network here.
-            egress: None,
             kind: if phase == "baseline" { SpawnKind::SnapshotBaseline } else { SpawnKind::SnapshotEnd },
-        })
-        .await
-        .map_err(|e| format!("git could not be started: {}", e.kind()))?;
-        let mut process = spawned.process;
-        drop(spawned.stdin);
-        let (mut stdout, mut stderr) = (spawned.stdout, spawned.stderr);
-        let drain = tokio::spawn(async move {
-            let mut sink = Vec::new();
-            let _ = (&mut stdout).take(64 * 1024).read_to_end(&mut sink).await;
-        });
-        let tail = tokio::spawn(async move {
-            let mut text = Vec::new();
-            let _ = (&mut stderr).take(16 * 1024).read_to_end(&mut text).await;
-            text
-        });
-        let status = tokio::time::timeout(RUN_LIMIT, process.wait()).await;
-        let proof = process.stop(Duration::from_millis(100), Duration::from_secs(2)).await;
-        drain.abort();
-        let said = tail.await.unwrap_or_default();
-        if !proof.proven() {
-            tracing::warn!(?proof, "a snapshot's git did not stop with proof");
-        }
-        match status {
-            Err(_) => Err(format!("git took longer than {} s", RUN_LIMIT.as_secs())),
-            Ok(Err(e)) => Err(format!("git could not be waited for: {}", e.kind())),
-            Ok(Ok(s)) if s.success() => Ok(()),
-            Ok(Ok(s)) => {
-                let said = String::from_utf8_lossy(&said);
-                let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-                tracing::warn!(phase, status = %s, "a snapshot's git failed");
-                let last: String = last.chars().take(200).collect();
-                Err(format!("git failed ({}, {s}): {last}", step(s.code())))
+            limit: RUN_LIMIT,
+        };
+        match super::gitrun::run(&self.containment, run).await {
+            Ok(_) => Ok(()),
+            Err(Failed { code: None, said }) => Err(said),
+            Err(Failed { code, said }) => {
+                let said: String = said.chars().take(200).collect();
+                Err(format!("git failed ({}, exit status: {}): {said}", step(code), code.unwrap_or(-1)))
             }
         }
     }
@@ -449,4 +382,4 @@ pub fn sweep(state_dir: &Path, keep: &[String]) {
 
 #[cfg(test)]
 #[path = "snapshot_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -12,7 +12,7 @@ use crate::config::SandboxMode;
 use crate::tasks::changes::{self, ChangeSet};
 use crate::tasks::redact::Redactor;
 
-fn git_bin() -> Option<PathBuf> {
+pub(in crate::provider) fn git_bin() -> Option<PathBuf> {
     let found = super::super::probe::which("git", std::env::var_os("PATH").as_deref());
     if found.is_none() {
         assert!(std::env::var_os("CI").is_none(), "git is required in CI");
@@ -24,7 +24,7 @@ fn git_bin() -> Option<PathBuf> {
     found
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(in crate::provider) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"])
         .args(args)
@@ -38,7 +38,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Every file under `dir` with its bytes (the whole `.git`, to prove nothing in it changed).
-fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(in crate::provider) fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut all = BTreeMap::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {

@@ -37,12 +37,14 @@ pub enum SpawnKind {
     SnapshotEnd,
     /// A short-lived helper: a version probe or a model listing.
     Probe,
+    /// The bridge's git on a worktree task's repository (making, finishing, removing it).
+    Worktree,
 }
 
 impl SpawnKind {
     /// Every kind, for parsing.
-    pub const ALL: [SpawnKind; 4] =
-        [SpawnKind::Agent, SpawnKind::SnapshotBaseline, SpawnKind::SnapshotEnd, SpawnKind::Probe];
+    pub const ALL: [SpawnKind; 5] =
+        [SpawnKind::Agent, SpawnKind::SnapshotBaseline, SpawnKind::SnapshotEnd, SpawnKind::Probe, SpawnKind::Worktree];
 
     /// The kind's name.
     pub fn as_str(self) -> &'static str {
@@ -51,6 +53,7 @@ impl SpawnKind {
             SpawnKind::SnapshotBaseline => "snapshot-baseline",
             SpawnKind::SnapshotEnd => "snapshot-end",
             SpawnKind::Probe => "probe",
+            SpawnKind::Worktree => "worktree",
         }
     }
 

@@ -54,6 +54,24 @@ impl From<ProfileArg> for Profile {
     }
 }
 
+/// Where a writer task works.
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+pub(super) enum IsolationArg {
+    #[serde(rename = "in_place")]
+    InPlace,
+    #[serde(rename = "worktree")]
+    Worktree,
+}
+
+impl From<IsolationArg> for crate::model::Isolation {
+    fn from(i: IsolationArg) -> crate::model::Isolation {
+        match i {
+            IsolationArg::InPlace => crate::model::Isolation::InPlace,
+            IsolationArg::Worktree => crate::model::Isolation::Worktree,
+        }
+    }
+}
+
 /// A capability on every surface, for `min_role` and up.
 pub(super) fn meta(
     name: &'static str,

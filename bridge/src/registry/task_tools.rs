@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::policy::{Annotations, Scope};
-use super::shared::{ProfileArg, RuntimeArg, meta, tasks};
+use super::shared::{IsolationArg, ProfileArg, RuntimeArg, meta, tasks};
 use super::{CallCtx, Capability};
 use crate::config::Role;
 use crate::tasks::SubmitRequest;
@@ -30,6 +30,12 @@ struct SubmitArgs {
     profile: ProfileArg,
     /// A model id from `list_agent_models` (default: the runtime's own default).
     model: Option<String>,
+    /// `worktree`: work in a git worktree of its own, on a new branch, beside other tasks;
+    /// `in_place`: in the workdir itself, one writer at a time (default: the workdir's setting).
+    isolation: Option<IsolationArg>,
+    /// For `worktree`: the commit, branch or tag the new branch starts from (default: `HEAD`).
+    #[schemars(length(min = 1, max = 256))]
+    base_ref: Option<String>,
     /// Continue the session of this finished task (same runtime and workdir).
     #[schemars(length(max = 64))]
     continue_from_task_id: Option<String>,
@@ -217,6 +223,8 @@ pub(super) fn all() -> Vec<Capability> {
                     path: a.path,
                     profile: a.profile.into(),
                     model: a.model,
+                    isolation: a.isolation.map(Into::into),
+                    base_ref: a.base_ref,
                     continue_from_task_id: a.continue_from_task_id,
                     correlation_id: a.correlation_id,
                     idempotency_key: a.idempotency_key,

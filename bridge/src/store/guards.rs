@@ -22,6 +22,27 @@ pub struct GuardRow {
     pub proof_json: Option<String>,
 }
 
+/// The key of a guard: the workdir's alias for a task in place, `alias@branch` for a worktree
+/// task (an alias never holds `@`), so writers of one repository's branches are guarded apart.
+pub fn guard_key(workdir_alias: &str, branch: Option<&str>) -> String {
+    match branch {
+        Some(branch) => format!("{workdir_alias}@{branch}"),
+        None => workdir_alias.to_owned(),
+    }
+}
+
+impl GuardRow {
+    /// The workdir it protects.
+    pub fn alias(&self) -> &str {
+        self.workdir_alias.split_once('@').map_or(&self.workdir_alias, |(alias, _)| alias)
+    }
+
+    /// The branch it protects, for a worktree task's guard.
+    pub fn branch(&self) -> Option<&str> {
+        self.workdir_alias.split_once('@').map(|(_, branch)| branch)
+    }
+}
+
 const COLUMNS: &str = "workdir_alias, task_id, runtime, created_at, updated_at, proof_json";
 
 fn guard_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GuardRow> {

@@ -36,6 +36,7 @@ pub mod plans;
 mod schema;
 pub mod tasks;
 mod workers;
+pub mod worktrees;
 
 /// What can go wrong in the store; callers branch on the variants.
 #[derive(Debug, thiserror::Error)]

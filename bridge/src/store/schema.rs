@@ -285,9 +285,33 @@ CREATE TABLE task_changes (
 );
 "#;
 
+/// Migration 8 (issue 30): worktree tasks. One row per task that works in a git worktree of its
+/// own: its branch (shared by its continuations and a plan's steps), where the branch started,
+/// where the task found and left it, and what became of it. New table only; tasks from before
+/// worked in place and have no row.
+const V8_WORKTREES: &str = r#"
+CREATE TABLE worktrees (
+    task_id        TEXT PRIMARY KEY REFERENCES tasks(task_id) ON DELETE CASCADE,
+    workdir_alias  TEXT NOT NULL,
+    branch         TEXT NOT NULL,
+    origin_task_id TEXT NOT NULL,
+    base_ref       TEXT NOT NULL,
+    base_commit    TEXT,
+    start_commit   TEXT,
+    head_commit    TEXT,
+    base_dirty     INTEGER,
+    state          TEXT NOT NULL,
+    reason         TEXT,
+    created_at     INTEGER NOT NULL,
+    updated_at     INTEGER NOT NULL
+);
+CREATE INDEX worktrees_by_branch ON worktrees(workdir_alias, branch);
+CREATE INDEX worktrees_by_state ON worktrees(state);
+"#;
+
 /// Every migration, in order; `user_version` is the number applied.
 pub(super) const MIGRATIONS: &[&str] =
-    &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS, V6_NOTIFY, V7_ACCOUNTING];
+    &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS, V6_NOTIFY, V7_ACCOUNTING, V8_WORKTREES];
 
 /// Applies the missing migrations in one exclusive transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

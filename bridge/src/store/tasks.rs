@@ -78,6 +78,8 @@ pub struct TaskRow {
     pub human_wait_ms: i64,
     /// The change set's outline, once recorded (or known not to be).
     pub changes: Option<ChangesBrief>,
+    /// A worktree task's worktree state (`None`: the task works in place).
+    pub worktree_state: Option<String>,
 }
 
 /// The outline of a task's change set, read with its row.
@@ -123,7 +125,8 @@ const TASK_COLUMNS: &str = concat!(
     (SELECT c.files_changed FROM task_changes c WHERE c.task_id = tasks.task_id), \
     (SELECT c.lines_added FROM task_changes c WHERE c.task_id = tasks.task_id), \
     (SELECT c.lines_removed FROM task_changes c WHERE c.task_id = tasks.task_id), \
-    (SELECT c.truncated FROM task_changes c WHERE c.task_id = tasks.task_id)",
+    (SELECT c.truncated FROM task_changes c WHERE c.task_id = tasks.task_id), \
+    (SELECT w.state FROM worktrees w WHERE w.task_id = tasks.task_id)",
 );
 
 fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
@@ -171,6 +174,7 @@ fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
                 truncated: row.get(43)?,
             }),
         },
+        worktree_state: row.get(44)?,
     })
 }
 
@@ -228,11 +232,14 @@ pub struct NewTask {
     pub title: Option<String>,
 }
 
-/// The recovery guard to publish with a writer task.
-#[derive(Debug, Clone)]
+/// The recovery guard to publish with a writer task (and, for a worktree task, its row).
+#[derive(Debug, Clone, Default)]
 pub struct NewGuard {
-    /// The workdir it protects.
+    /// What it protects: the workdir's alias, or for a worktree task its branch's guard key
+    /// ([`super::guards::guard_key`]).
     pub workdir_alias: String,
+    /// A worktree task's row.
+    pub worktree: Option<super::worktrees::NewWorktree>,
 }
 
 /// What [`Store::insert_task`] did.
@@ -352,6 +359,8 @@ pub struct TaskParts {
     pub plan: Option<(String, i64)>,
     /// Its change set's summary.
     pub changes: Option<ChangesSummary>,
+    /// Its worktree, for a worktree task.
+    pub worktree: Option<super::worktrees::WorktreeRow>,
 }
 
 impl Store {
@@ -373,7 +382,11 @@ impl Store {
                 Some(_) => super::accounting::changes_summary_in(c, task_id)?,
                 None => None,
             };
-            Ok(Some(TaskParts { task, pending, plan, changes }))
+            let worktree = match task.worktree_state {
+                Some(_) => super::worktrees::get_in(c, task_id)?,
+                None => None,
+            };
+            Ok(Some(TaskParts { task, pending, plan, changes, worktree }))
         })
     }
 
@@ -446,6 +459,9 @@ impl Store {
                      VALUES (?1, ?2, ?3, ?4, ?4)",
                     params![guard.workdir_alias, new.task_id, new.runtime, new.created_at],
                 )?;
+                if let Some(worktree) = &guard.worktree {
+                    super::worktrees::insert_in(tx, &new.task_id, &new.workdir_alias, worktree, new.created_at)?;
+                }
             }
             insert_event(tx, &new.task_id, event, new.created_at)?;
             let row = get_task_in(tx, &new.task_id)?.ok_or(StoreError::TaskNotFound)?;
@@ -504,8 +520,8 @@ impl Store {
         })
     }
 
-    /// Deletes every terminal task completed before `cutoff` that no recovery guard and no
-    /// running plan names, with its events and interactions; returns the deleted ids (their spool files are the
+    /// Deletes every terminal task completed before `cutoff` that no recovery guard, no
+    /// running plan and no unmerged branch names, with its events and interactions; returns the deleted ids (their spool files are the
     /// caller's to remove).
     pub fn delete_expired(&self, cutoff: i64) -> Result<Vec<(String, Option<ResultStorage>)>, StoreError> {
         // Most passes find nothing: check on a reader first so they cost no write transaction.
@@ -521,6 +537,7 @@ impl Store {
             let mut stmt = tx.prepare(
                 "SELECT task_id, result_storage FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1 \
                  AND task_id NOT IN (SELECT task_id FROM recovery_guards) \
+                 AND task_id NOT IN (SELECT task_id FROM worktrees WHERE state IN ('preparing','active','open','kept')) \
                  AND task_id NOT IN (SELECT s.task_id FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id \
                      WHERE s.task_id IS NOT NULL AND p.status IN ('approved','running','waiting'))",
             )?;

@@ -145,7 +145,7 @@ fn idempotency_keys_are_unique_per_principal() {
 #[test]
 fn a_guard_blocks_a_second_writer_until_cleared() {
     let (_dir, store) = open();
-    let guard = NewGuard { workdir_alias: "repo".into() };
+    let guard = NewGuard { workdir_alias: "repo".into(), worktree: None };
     store.insert_task(&new_task("agt_1", None), 9, Some(&guard), &submitted()).unwrap();
     let err = store.insert_task(&new_task("agt_2", None), 9, Some(&guard), &submitted()).unwrap_err();
     assert!(matches!(err, StoreError::GuardPresent { ref task_id } if task_id == "agt_1"));
@@ -242,7 +242,7 @@ fn provider_events_over_the_cap_are_dropped_and_counted() {
 #[test]
 fn retention_spares_active_and_guarded_tasks() {
     let (_dir, store) = open();
-    let guard = NewGuard { workdir_alias: "repo".into() };
+    let guard = NewGuard { workdir_alias: "repo".into(), worktree: None };
     for id in ["agt_old", "agt_guarded", "agt_active", "agt_new"] {
         let g = (id == "agt_guarded").then_some(&guard);
         store.insert_task(&new_task(id, Some(id)), 9, g, &submitted()).unwrap();

@@ -15,20 +15,31 @@ use crate::provider::process::{StopProof, marker_pids};
 use crate::provider::snapshot::{self, Baseline};
 use crate::store::StoreError;
 use crate::store::events::NewEvent;
-use crate::store::tasks::{TaskRow, TransitionFields};
+use crate::store::tasks::TransitionFields;
 
 /// Releases what the task held — the writer lease always (the provider's cleanup is over),
 /// the guard only on proof — and then persists how the task ended, so a caller who sees a
 /// terminal state finds the workdir already free. (A task someone else made terminal, e.g. a
 /// cancel, keeps its state; its lease is released only now, after cleanup: seed 001 §14.1.)
 pub(super) async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &Redactor) {
-    let Job { inner, task, lease, baseline, .. } = job;
+    let Job { inner, task, lease, guard_key, worktree, baseline, .. } = job;
     let task_id = task.task_id.clone();
+    let proven = match &proof {
+        Some(p) => p.proven(),
+        None => {
+            let id = task_id.clone();
+            tokio::task::spawn_blocking(move || marker_pids(&id).is_empty()).await.unwrap_or(false)
+        }
+    };
     // The change set is taken before the lease goes: no other writer can have touched it.
     if let Some(baseline) = baseline {
         record_changes(&inner, &task_id, baseline, redactor).await;
     }
-    release(&inner, &task, lease, proof.as_ref()).await;
+    // A worktree task's work goes on its branch (the change set above read its worktree).
+    if let Some(wt) = &worktree {
+        super::worktree::finish(&inner, &task_id, wt, proven).await;
+    }
+    release(&inner, &task_id, &guard_key, lease, proven, proof.as_ref()).await;
     // The provider can add no event any more: the count is final. The marker goes before the
     // terminal event this runner writes, so a reader who reads up to the terminal state has
     // seen it.
@@ -99,30 +110,31 @@ async fn record_changes(inner: &Arc<Inner>, task_id: &str, baseline: Result<Base
     }
 }
 
-async fn release(inner: &Arc<Inner>, task: &TaskRow, lease: Option<Lease>, proof: Option<&StopProof>) {
+/// Releases the writer lease, and the guard (named by `guard_key`) when the stop is `proven`.
+async fn release(
+    inner: &Arc<Inner>,
+    task_id: &str,
+    guard_key: &str,
+    lease: Option<Lease>,
+    proven: bool,
+    proof: Option<&StopProof>,
+) {
     let Some(lease) = lease else { return };
     drop(lease);
-    let task_id = task.task_id.clone();
-    let proven = match proof {
-        Some(p) => p.proven(),
-        None => {
-            let id = task_id.clone();
-            tokio::task::spawn_blocking(move || marker_pids(&id).is_empty()).await.unwrap_or(false)
-        }
-    };
+    let task_id = task_id.to_owned();
     if proven {
-        let (alias, id) = (task.workdir_alias.clone(), task_id.clone());
-        if let Err(e) = inner.store.call(move |s| s.clear_guard(&alias, &id)).await {
+        let (key, id) = (guard_key.to_owned(), task_id.clone());
+        if let Err(e) = inner.store.call(move |s| s.clear_guard(&key, &id)).await {
             tracing::warn!(cause = %e, "cannot clear the recovery guard");
         }
     } else {
         tracing::warn!(?proof, "provider stop not proven; the workdir keeps its recovery guard");
-        let (alias, id, now) = (task.workdir_alias.clone(), task_id.clone(), inner.clock.now_ms());
-        if let Err(e) = inner.store.call(move |s| s.notify_guard_kept(&alias, &id, now)).await {
+        let (key, id, now) = (guard_key.to_owned(), task_id.clone(), inner.clock.now_ms());
+        if let Err(e) = inner.store.call(move |s| s.notify_guard_kept(&key, &id, now)).await {
             tracing::warn!(cause = %e, "cannot write the recovery notification");
         }
-        let alias = task.workdir_alias.clone();
-        if let Ok(Some(guard)) = inner.store.call(move |s| s.get_guard(&alias)).await
+        let key = guard_key.to_owned();
+        if let Ok(Some(guard)) = inner.store.call(move |s| s.get_guard(&key)).await
             && guard.task_id == task_id
         {
             inner.watch_guard(guard, crate::error::code::AGENT_PROVIDER_INACTIVE);

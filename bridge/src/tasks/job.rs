@@ -28,6 +28,10 @@ pub(super) struct Job {
     pub model: Option<String>,
     pub resume_session: Option<String>,
     pub lease: Option<Lease>,
+    /// The key of the recovery guard a writer published (the workdir's alias, or its branch's).
+    pub guard_key: String,
+    /// A worktree task's worktree.
+    pub worktree: Option<super::worktree::WorktreeJob>,
     /// The workdir's root (a writer task's change set covers all of it).
     pub workdir_root: PathBuf,
     /// A writer task's baseline, or why none could be taken (`None`: not a writer, or the

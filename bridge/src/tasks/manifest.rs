@@ -33,11 +33,17 @@ pub struct Submission<'a> {
     pub continue_from_task_id: Option<&'a str>,
     /// Caller metadata.
     pub correlation_id: Option<&'a str>,
+    /// The isolation the caller asked for (`None`: the workdir's).
+    pub isolation: Option<&'a str>,
+    /// The ref a worktree task's branch starts from, as the caller named it.
+    pub base_ref: Option<&'a str>,
 }
 
-/// SHA-256 of the canonical submission; the raw prompt is represented only by its hash.
+/// SHA-256 of the canonical submission; the raw prompt is represented only by its hash. The
+/// isolation and base ref count only when the caller gave them (a submission without them
+/// keeps the fingerprint it had before they existed).
 pub fn fingerprint(s: &Submission<'_>) -> String {
-    let doc = json!({
+    let mut doc = json!({
         "runtime": s.runtime,
         "workdir": s.workdir,
         "path": s.path,
@@ -47,6 +53,11 @@ pub fn fingerprint(s: &Submission<'_>) -> String {
         "continue_from_task_id": s.continue_from_task_id,
         "correlation_id": s.correlation_id,
     });
+    for (key, value) in [("isolation", s.isolation), ("base_ref", s.base_ref)] {
+        if let Some(value) = value {
+            doc[key] = json!(value);
+        }
+    }
     sha256_hex(canonical(&doc).as_bytes())
 }
 
@@ -71,6 +82,8 @@ pub struct ManifestInput<'a> {
     pub idempotency_key: Option<&'a str>,
     /// Unix ms.
     pub deadline_at: i64,
+    /// Where the task works: `{mode}`, and for a worktree its branch and base ref.
+    pub isolation: &'a Value,
 }
 
 /// Builds the manifest and returns `(canonical JSON, SHA-256)`. Never contains a host path.
@@ -99,6 +112,7 @@ pub fn build(m: &ManifestInput<'_>) -> (String, String) {
         },
         "model": { "requested": m.submission.model },
         "containment": m.containment,
+        "isolation": m.isolation,
         "sandbox": m.sandbox,
         "limits": {
             "task_timeout_seconds": m.limits.task_timeout_seconds,
@@ -133,6 +147,8 @@ mod tests {
             model: None,
             continue_from_task_id: None,
             correlation_id: Some("c"),
+            isolation: None,
+            base_ref: None,
         }
     }
 
@@ -148,6 +164,18 @@ mod tests {
         let mut s = sub("p", "");
         s.model = Some("m");
         assert_ne!(base, fingerprint(&s));
+        let mut s = sub("p", "");
+        s.isolation = Some("worktree");
+        assert_ne!(base, fingerprint(&s));
+        let mut s = sub("p", "");
+        s.base_ref = Some("main");
+        assert_ne!(base, fingerprint(&s));
+    }
+
+    #[test]
+    fn a_submission_without_isolation_keeps_its_earlier_fingerprint() {
+        // Computed by the fingerprint before isolation existed.
+        assert_eq!(fingerprint(&sub("p", "")), "7393ce51cdc89d0979cf15aa05e6047ae5a16fbc732e339d27b9254c2ba5ec85");
     }
 
     #[test]

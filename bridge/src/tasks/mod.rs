@@ -45,6 +45,7 @@ pub(crate) mod testing;
 mod timer_tests;
 mod views;
 pub mod watch;
+mod worktree;
 
 pub use submit::{SubmitRequest, resolve_cwd};
 
@@ -209,14 +210,24 @@ impl Inner {
     /// The redactor for a task's workdir: its own root becomes `<workdir>`, and the other
     /// workdirs, the state directory and the home directory are hidden too.
     fn redactor(&self, alias: &str) -> redact::Redactor {
+        self.redactor_in(alias, None)
+    }
+
+    /// The redactor for a task that works in `tree` (its worktree) rather than in its workdir:
+    /// the tree becomes `<workdir>`, and the checkout is hidden with the rest.
+    fn redactor_in(&self, alias: &str, tree: Option<&std::path::Path>) -> redact::Redactor {
         let mut others: Vec<&std::path::Path> = vec![&self.config.state_dir, &self.config.lock_dir];
         if let Some(home) = &self.home {
             others.push(home);
         }
-        others.extend(self.config.workdirs.iter().filter(|w| w.alias != alias).map(|w| w.path.as_path()));
-        match self.config.workdirs.iter().find(|w| w.alias == alias) {
-            Some(w) => redact::Redactor::new(&w.path, &others),
-            None => redact::Redactor::new(std::path::Path::new("/nonexistent-workdir"), &others),
+        let own = self.config.workdirs.iter().find(|w| w.alias == alias);
+        others.extend(
+            self.config.workdirs.iter().filter(|w| w.alias != alias || tree.is_some()).map(|w| w.path.as_path()),
+        );
+        match (tree, own) {
+            (Some(tree), _) => redact::Redactor::new(tree, &others),
+            (None, Some(w)) => redact::Redactor::new(&w.path, &others),
+            (None, None) => redact::Redactor::new(std::path::Path::new("/nonexistent-workdir"), &others),
         }
     }
 }

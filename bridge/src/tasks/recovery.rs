@@ -392,7 +392,12 @@ mod tests {
         let store = &inner.store;
         store.insert_task(&task(&spooled, "k1"), 9, None, &submitted).unwrap();
         store
-            .insert_task(&task(&guarded, "k2"), 9, Some(&NewGuard { workdir_alias: "repo".into() }), &submitted)
+            .insert_task(
+                &task(&guarded, "k2"),
+                9,
+                Some(&NewGuard { workdir_alias: "repo".into(), worktree: None }),
+                &submitted,
+            )
             .unwrap();
         store.insert_task(&task(&active, "k3"), 9, None, &submitted).unwrap();
         let result =

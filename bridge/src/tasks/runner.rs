@@ -33,7 +33,8 @@ struct Pending {
 }
 
 pub(super) async fn run(mut job: Job) {
-    let redactor = job.inner.redactor(&job.task.workdir_alias);
+    let tree = job.worktree.as_ref().map(|_| job.inner.providers.worktrees().tree_of(&job.task.task_id));
+    let redactor = job.inner.redactor_in(&job.task.workdir_alias, tree.as_deref());
     let (ending, proof) = drive(&mut job, &redactor).await;
     super::ending::finish(job, ending, proof, &redactor).await;
 }
@@ -50,6 +51,24 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     };
     if transition(&inner, &task_id, TaskStatus::Starting, started).await.is_err() {
         return (Ending::AlreadyTerminal, None);
+    }
+    if let Some(wt) = job.worktree.as_mut() {
+        if let Err(message) = super::worktree::create(&inner, &task_id, wt).await {
+            return (Ending::Failed { code: code::WORKTREE_FAILED, message: redactor.text(&message) }, None);
+        }
+        let tree = wt.created.as_ref().map(|c| c.tree.clone()).unwrap_or_default();
+        let (t, rel) = (tree.clone(), wt.path.clone());
+        let cwd = tokio::task::spawn_blocking(move || super::paths::resolve(&t, &rel))
+            .await
+            .unwrap_or_else(|e| Err(crate::error::ToolError::internal("path resolution failed", e)));
+        match cwd {
+            Ok(cwd) => job.cwd = cwd,
+            Err(e) => return (Ending::Failed { code: e.code, message: format!("{} on its branch", e.message) }, None),
+        }
+        job.workdir_root = tree;
+        if job.cancel.is_cancelled() {
+            return (Ending::AlreadyTerminal, None);
+        }
     }
     if job.lease.is_some() {
         // The baseline is taken while the writer lease is held and before the agent runs.
@@ -71,6 +90,7 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
         prompt: std::mem::take(&mut job.prompt),
         model: job.model.clone(),
         resume_session: job.resume_session.clone(),
+        git: job.worktree.as_ref().and_then(|w| w.created.as_ref()).map(|c| c.git.clone()),
     };
     let mut session = match inner.providers.start(job.runtime, spec).await {
         Ok(session) => session,

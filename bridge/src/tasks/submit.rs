@@ -7,12 +7,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::manifest::{self, ManifestInput, Submission};
-use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, job, paths, runner};
+use super::{Active, Inner, MAX_TEXT_BYTES, TaskService, job, paths, runner, worktree};
 use crate::config::{AgentMode, RuntimeName, Workdir};
 use crate::error::{ToolError, code};
 use crate::lease::LeaseError;
 use crate::model::{Principal, Profile};
 use crate::store::events::NewEvent;
+use crate::store::guards::guard_key;
 use crate::store::tasks::{Inserted, NewGuard, NewTask, TaskRow};
 
 /// A validated `submit_agent_task` call.
@@ -30,6 +31,10 @@ pub struct SubmitRequest {
     pub profile: Profile,
     /// Requested model.
     pub model: Option<String>,
+    /// Where the task works (`None`: the workdir's setting).
+    pub isolation: Option<crate::model::Isolation>,
+    /// For a worktree task: what its new branch starts from (`None`: `HEAD`).
+    pub base_ref: Option<String>,
     /// Continuation source.
     pub continue_from_task_id: Option<String>,
     /// Caller metadata.
@@ -95,6 +100,7 @@ impl TaskService {
         check_opaque("model", &req.model, 512)?;
 
         let (workdir, path) = self.check_target(principal, &req.workdir, req.runtime, req.profile, &req.path)?;
+        let isolation = req.isolation.map(|i| i.as_str());
         let submission = Submission {
             runtime: req.runtime.as_str(),
             workdir: &workdir.alias,
@@ -104,6 +110,8 @@ impl TaskService {
             model: req.model.as_deref(),
             continue_from_task_id: req.continue_from_task_id.as_deref(),
             correlation_id: req.correlation_id.as_deref(),
+            isolation,
+            base_ref: req.base_ref.as_deref(),
         };
         let fingerprint = manifest::fingerprint(&submission);
 
@@ -129,10 +137,19 @@ impl TaskService {
             ));
         }
         inner.providers.check_prompt(req.runtime, &req.prompt).map_err(|e| ToolError::new(code::AGENT_DISABLED, e))?;
-        let resume_session = match &req.continue_from_task_id {
-            Some(prior) => Some(self.check_continuation(principal, prior, &req).await?),
-            None => None,
+        let (resume_session, prior_worktree) = match &req.continue_from_task_id {
+            Some(prior) => {
+                let session = self.check_continuation(principal, prior, &req).await?;
+                let id = prior.clone();
+                (Some(session), inner.store.call(move |s| s.get_worktree(&id)).await?)
+            }
+            None => (None, None),
         };
+        let task_id = crate::ids::task_id();
+        let placement = worktree::decide(inner, &workdir, &req, &task_id, prior_worktree.as_ref())?;
+        if placement.is_some() {
+            worktree::check_repository(&workdir).await?;
+        }
         let cwd = resolve_cwd(&workdir, &path).await?;
 
         inner.collect_garbage().await;
@@ -152,16 +169,29 @@ impl TaskService {
             }
         }
         let writer = req.profile == Profile::WorkspaceWrite;
+        // An in-place writer holds the workdir; a worktree task holds its branch.
+        let guard_key = guard_key(&workdir.alias, placement.as_ref().map(|p| p.branch.as_str()));
         let lease = if writer {
-            inner.reconcile_guard(&workdir.alias).await?;
+            inner.reconcile_guard(&guard_key).await?;
             let leases = inner.leases.clone();
             let slot = workdir.slot;
-            match tokio::task::spawn_blocking(move || leases.try_acquire(slot)).await {
+            let origin = placement.as_ref().map(|p| p.origin_task_id.clone());
+            let taken = tokio::task::spawn_blocking(move || match origin {
+                Some(origin) => leases.try_acquire_branch(slot, &origin),
+                None => leases.try_acquire(slot),
+            })
+            .await;
+            match taken {
                 Ok(Ok(lease)) => Some(lease),
                 Ok(Err(LeaseError::Busy)) => {
                     return Err(ToolError::new(
                         code::WORKDIR_BUSY,
-                        format!("workdir {:?} is busy with another writer", workdir.alias),
+                        match &placement {
+                            Some(p) => {
+                                format!("branch {} of workdir {:?} is busy with another task", p.branch, workdir.alias)
+                            }
+                            None => format!("workdir {:?} is busy with another writer", workdir.alias),
+                        },
                     ));
                 }
                 Ok(Err(e)) => return Err(ToolError::internal("cannot take the writer lease", e)),
@@ -174,6 +204,10 @@ impl TaskService {
         let now = inner.clock.now_ms();
         let deadline_at = now + (inner.config.limits.task_timeout_seconds as i64).saturating_mul(1000);
         let sandbox = containment.manifest_json(&workdir, req.profile == Profile::WorkspaceWrite);
+        let isolation_json = match &placement {
+            Some(p) => json!({ "mode": "worktree", "branch": p.branch, "base_ref": p.base_ref }),
+            None => json!({ "mode": "in_place" }),
+        };
         let (manifest_json, manifest_sha256) = manifest::build(&ManifestInput {
             submission: &submission,
             runtime_version: info.version.as_deref(),
@@ -184,9 +218,10 @@ impl TaskService {
             principal: &principal.name,
             idempotency_key: req.idempotency_key.as_deref(),
             deadline_at,
+            isolation: &isolation_json,
         });
         let new = NewTask {
-            task_id: crate::ids::task_id(),
+            task_id: task_id.clone(),
             principal: principal.name.clone(),
             runtime: req.runtime.as_str().to_owned(),
             workdir_alias: workdir.alias.clone(),
@@ -203,7 +238,10 @@ impl TaskService {
             manifest_sha256,
             title: super::accounting::title_of(&req.prompt).map(|t| inner.redactor(&workdir.alias).text(&t)),
         };
-        let guard = writer.then(|| NewGuard { workdir_alias: workdir.alias.clone() });
+        let guard = writer.then(|| NewGuard {
+            workdir_alias: guard_key.clone(),
+            worktree: placement.as_ref().map(worktree::Placement::new_row),
+        });
         let event = NewEvent::new(
             "task.submitted",
             json!({ "runtime": new.runtime, "workdir": new.workdir_alias, "profile": new.profile }),
@@ -228,7 +266,7 @@ impl TaskService {
                 cancel: cancel.clone(),
                 control: control_tx,
                 runtime: req.runtime,
-                writes: writer.then(|| workdir.alias.clone()),
+                writes: (writer && placement.is_none()).then(|| workdir.alias.clone()),
             },
         );
         let job = job::Job {
@@ -241,6 +279,13 @@ impl TaskService {
             model: req.model,
             resume_session,
             lease,
+            guard_key,
+            worktree: placement.map(|placement| worktree::WorktreeJob {
+                placement,
+                checkout: workdir.path.clone(),
+                path: path.clone(),
+                created: None,
+            }),
             workdir_root: workdir.path.clone(),
             baseline: None,
             cancel,
@@ -341,7 +386,8 @@ pub async fn resolve_cwd(workdir: &Workdir, path: &str) -> Result<std::path::Pat
 impl Inner {
     /// Lazy reconciliation at submit of a writer: a guard left by a task whose stop can now be
     /// proven is cleared (the task, if still non-terminal, is interrupted); otherwise the
-    /// workdir stays closed with `WORKDIR_RECOVERY_REQUIRED`.
+    /// workdir (or the worktree branch: `alias` is the guard's key) stays closed with
+    /// `WORKDIR_RECOVERY_REQUIRED`.
     async fn reconcile_guard(self: &Arc<Self>, alias: &str) -> Result<(), ToolError> {
         let a = alias.to_owned();
         let Some(guard) = self.store.call(move |s| s.get_guard(&a)).await? else {

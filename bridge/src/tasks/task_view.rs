@@ -12,6 +12,7 @@ use crate::clock::rfc3339;
 use crate::model::{ResultStorage, Usage};
 use crate::store::accounting::ChangesSummary;
 use crate::store::tasks::{TaskParts, TaskRow};
+use crate::store::worktrees::WorktreeRow;
 
 /// The task view of `parts` at `now`. A pending request that was clipped for display keeps
 /// its whole text (`full_text`) only with `full`.
@@ -35,6 +36,10 @@ pub fn render(parts: &TaskParts, full: bool, now: i64) -> Box<RawValue> {
         final_response: t.final_response.as_deref(),
         final_response_truncated: t.result_storage == Some(ResultStorage::Spool),
         idempotency_key: t.idempotency_key.as_deref(),
+        isolation: match &parts.worktree {
+            Some(w) => Json::Tree(isolation_view(w)),
+            None => Json::Raw(&IN_PLACE),
+        },
         manifest: stored_json(&t.manifest_json),
         manifest_sha256: &t.manifest_sha256,
         model: t.requested_model.as_deref(),
@@ -89,6 +94,7 @@ struct TaskView<'a> {
     final_response: Option<&'a str>,
     final_response_truncated: bool,
     idempotency_key: Option<&'a str>,
+    isolation: Json<'a>,
     manifest: Json<'a>,
     manifest_sha256: &'a str,
     model: Option<&'a str>,
@@ -203,6 +209,27 @@ impl Serialize for Json<'_> {
 static READ_ONLY_CHANGES: std::sync::LazyLock<Box<RawValue>> = std::sync::LazyLock::new(|| {
     serde_json::value::to_raw_value(&read_only_changes()).unwrap_or_else(|_| RawValue::NULL.to_owned())
 });
+
+/// The isolation of a task in place, written once.
+static IN_PLACE: std::sync::LazyLock<Box<RawValue>> = std::sync::LazyLock::new(|| {
+    serde_json::value::to_raw_value(&json!({ "mode": "in_place" })).unwrap_or_else(|_| RawValue::NULL.to_owned())
+});
+
+/// A worktree task's `isolation`: its branch, where the branch started, where this task found
+/// and left it, what became of it, and whether the checkout had changes the task did not see.
+pub fn isolation_view(w: &WorktreeRow) -> Value {
+    json!({
+        "mode": "worktree",
+        "branch": w.branch,
+        "base_ref": w.base_ref,
+        "base_commit": w.base_commit,
+        "start_commit": w.start_commit,
+        "head_commit": w.head_commit,
+        "base_dirty": w.base_dirty,
+        "state": w.state.as_str(),
+        "reason": w.reason,
+    })
+}
 
 fn stored_json(text: &str) -> Json<'_> {
     // Checked where it lies, not copied.

@@ -87,6 +87,10 @@ fn reference(parts: &TaskParts, full: bool, now: i64) -> Value {
             None => Value::Null,
         },
         "plan": parts.plan.as_ref().map_or(Value::Null, |(plan_id, step)| json!({ "plan_id": plan_id, "step": step })),
+        "isolation": match &parts.worktree {
+            Some(w) => isolation_view(w),
+            None => json!({ "mode": "in_place" }),
+        },
     })
 }
 
@@ -126,11 +130,12 @@ fn task() -> TaskRow {
         usage: None,
         human_wait_ms: 0,
         changes: None,
+        worktree_state: None,
     }
 }
 
 fn parts(task: TaskRow) -> TaskParts {
-    TaskParts { task, pending: None, plan: None, changes: None }
+    TaskParts { task, pending: None, plan: None, changes: None, worktree: None }
 }
 
 fn request(payload: Value) -> InteractionRow {
@@ -186,7 +191,22 @@ fn cases() -> Vec<(&'static str, TaskParts)> {
         ),
     });
     writer.plan = Some(("pln_1".into(), 2));
-    cases.push(("a failed writer task of a plan, with usage and a change set", writer));
+    writer.worktree = Some(crate::store::worktrees::WorktreeRow {
+        task_id: "agt_0123456789abcdef0123456789abcdef".into(),
+        workdir_alias: "repo".into(),
+        branch: "agent/0123456789ab".into(),
+        origin_task_id: "agt_0123456789abcdef0123456789abcdef".into(),
+        base_ref: "HEAD".into(),
+        base_commit: Some("1".repeat(40)),
+        start_commit: Some("1".repeat(40)),
+        head_commit: None,
+        base_dirty: Some(true),
+        state: crate::model::WorktreeState::Kept,
+        reason: Some("its work could not be put on its branch".into()),
+        created_at: 1,
+        updated_at: 2,
+    });
+    cases.push(("a failed writer task of a plan in a worktree, with usage and a change set", writer));
 
     let mut t = task();
     t.status = TaskStatus::WaitingForApproval;

@@ -25,6 +25,8 @@ fn request(prompt: &str) -> SubmitRequest {
         path: String::new(),
         profile: Profile::WorkspaceWrite,
         model: None,
+        isolation: None,
+        base_ref: None,
         continue_from_task_id: None,
         correlation_id: None,
         idempotency_key: None,

@@ -151,6 +151,8 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
          WORKDIR_02_READ_ONLY=false\n\
          WORKDIR_02_AGENT_MODE=workspace-write\n\
          WORKDIR_02_AGENT_RUNTIMES=fake,codex\n\
+         WORKDIR_02_AGENT_ISOLATION=Worktree\n\
+         SERVERFS_AGENT_BRANCH_PREFIX=bots/agent-\n\
          WORKDIR_05_ALIAS=Docs\n\
          WORKDIR_05_PATH={home}/work\n\
          WORKDIR_05_READ_ONLY=on\n\
@@ -192,6 +194,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
         board_socket: None,
         log_level: LogLevel::Debug,
         sandbox: crate::config::SandboxSettings::default(),
+        branch_prefix: "bots/agent-".into(),
         config_file: None,
         workdirs: vec![
             Workdir {
@@ -205,6 +208,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 sandbox_read: vec![],
                 sandbox_write: vec![],
                 egress_allow: vec![],
+                isolation: Default::default(),
             },
             Workdir {
                 slot: 2,
@@ -217,6 +221,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 sandbox_read: vec![],
                 sandbox_write: vec![],
                 egress_allow: vec![],
+                isolation: crate::model::Isolation::Worktree,
             },
             Workdir {
                 slot: 5,
@@ -229,6 +234,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
                 sandbox_read: vec![],
                 sandbox_write: vec![],
                 egress_allow: vec![],
+                isolation: Default::default(),
             },
         ],
     };

@@ -165,6 +165,7 @@ impl ClaudeRuntime {
             task_id: spec.task_id.clone(),
             sandbox: Some(self.containment.clone()),
             workdir: spec.workdir_view(),
+            git: spec.git.clone(),
             read: Vec::new(),
             write: home.into_iter().collect(),
             egress: Some(endpoints(&env_for_rules)),

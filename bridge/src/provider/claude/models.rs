@@ -68,6 +68,7 @@ impl ClaudeRuntime {
             task_id: marker,
             sandbox: Some(self.containment.clone()),
             workdir: None,
+            git: None,
             read: Vec::new(),
             write: home.into_iter().collect(),
             egress: Some(super::endpoints(&rules_env)),

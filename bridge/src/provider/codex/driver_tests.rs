@@ -52,6 +52,7 @@ async fn start(resume: Option<&str>) -> (Peer, mpsc::Receiver<ProviderEvent>, mp
         prompt: "hello".into(),
         model: None,
         resume_session: resume.map(str::to_owned),
+        git: None,
     };
     let done = tokio_util::sync::CancellationToken::new();
     done.cancel();

@@ -181,6 +181,7 @@ impl CodexRuntime {
         task_id: &str,
         cwd: &Path,
         workdir: Option<(PathBuf, bool)>,
+        git: Option<super::worktree::TreeGit>,
         contained: bool,
     ) -> Result<(Session, rpc::Rpc, Channels), StartError> {
         let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("codex"))?;
@@ -207,6 +208,7 @@ impl CodexRuntime {
             task_id: task_id.to_owned(),
             sandbox: contained.then(|| self.containment.clone()),
             workdir,
+            git,
             read: Vec::new(),
             write: home.into_iter().collect(),
             egress,
@@ -238,7 +240,8 @@ impl CodexRuntime {
     /// once: the handshake runs in the session's driver, so the recovery guard can record the
     /// child before anything else happens.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
-        let (mut session, rpc, ch) = self.spawn_child(&spec.task_id, &spec.cwd, spec.workdir_view(), true).await?;
+        let (mut session, rpc, ch) =
+            self.spawn_child(&spec.task_id, &spec.cwd, spec.workdir_view(), spec.git.clone(), true).await?;
         let driver = driver::Driver {
             rpc,
             incoming: ch.incoming,
@@ -276,7 +279,7 @@ impl CodexRuntime {
         }
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
         let marker = format!("models-codex-{}", crate::ids::request_id());
-        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd, None, false).await {
+        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd, None, None, false).await {
             Ok(parts) => parts,
             Err(e) => return unavailable(e.message),
         };

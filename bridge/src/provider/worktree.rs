@@ -1,0 +1,431 @@
+//! Worktrees: the bridge's own git makes a worktree task's branch and worktree (outside the
+//! repository, under the state directory), puts what the agent left on the branch once it has
+//! stopped, and removes the worktree.
+//!
+//! Every run is [`super::gitrun`]'s: a fixed script in the task sandbox, hooks off, no network.
+//! Its view holds the user's checkout read-only and the repository's git directory read-write
+//! except its `config` and `hooks`, which stay read-only. The task itself never writes the
+//! repository: its view ([`TreeGit`]) has the git directory read-only but for its own worktree
+//! entry, and the objects it creates go to a private object directory. Its commits are made on a
+//! detached `HEAD`; at the end they are copied into the repository by `index-pack` (which checks
+//! every object's name against its content), checked to be complete, and only then is the
+//! branch moved, from the tip it had when the task started (a branch someone else moved
+//! meanwhile is left alone and the worktree kept).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the repository's paths are read and the private directories made on a blocking thread"
+)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::gitrun::{Failed, GitRun};
+use super::sandbox::Containment;
+use super::tether::SpawnKind;
+
+/// How long one run may take (a checkout of a large repository takes a while).
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// The script of every run (`sh -c`); paths and values come in the environment.
+const SCRIPT: &str = r#"set -u
+case "$1" in
+create)
+  cd "$AB_TOP" || exit 20
+  if [ "$AB_NEW" = 1 ]; then
+    base=$(git rev-parse --verify --quiet --end-of-options "$AB_BASE^{commit}") || exit 21
+    git update-ref --create-reflog -m "agent-bridge: branch of task $AB_TASK" "refs/heads/$AB_BRANCH" "$base" "" || exit 22
+    start=$base
+  else
+    base=$AB_BASE
+    start=$(git rev-parse --verify --quiet "refs/heads/$AB_BRANCH^{commit}") || exit 24
+  fi
+  dirty=0
+  if [ -n "$(git status --porcelain 2>/dev/null | head -c 1)" ]; then dirty=1; fi
+  git worktree add --detach --lock --reason "agent-bridge task $AB_TASK" "$AB_TREE" "$start" >/dev/null || exit 25
+  printf 'base %s\nstart %s\ndirty %s\n' "$base" "$start" "$dirty" ;;
+finish)
+  cd "$AB_TREE" || exit 20
+  export GIT_ALTERNATE_OBJECT_DIRECTORIES="$AB_PRIVATE"
+  git add -A || exit 30
+  if ! git diff --cached --quiet; then
+    git commit --no-verify -q -m "$AB_MESSAGE" || exit 31
+  fi
+  head=$(git rev-parse --verify HEAD) || exit 32
+  if [ "$head" != "$AB_START" ]; then
+    git merge-base --is-ancestor "$AB_START" "$head" || exit 36
+    git rev-list --objects "$head" --not "$AB_START" | git pack-objects --stdout -q \
+      | GIT_ALTERNATE_OBJECT_DIRECTORIES= git index-pack --stdin >/dev/null || exit 33
+    if git rev-list --objects --no-object-names "$head" --not "$AB_START" \
+      | GIT_ALTERNATE_OBJECT_DIRECTORIES= git cat-file --batch-check | grep -q ' missing$'; then exit 34; fi
+    git update-ref -m "$AB_MESSAGE" "refs/heads/$AB_BRANCH" "$head" "$AB_START" || exit 35
+  fi
+  if [ "$head" = "$AB_BASE" ]; then
+    git update-ref -d "refs/heads/$AB_BRANCH" "$AB_BASE" || exit 37
+  fi
+  printf 'head %s\n' "$head" ;;
+remove)
+  cd "$AB_TOP" || exit 20
+  git worktree unlock "$AB_TREE" 2>/dev/null
+  if ! git worktree remove --force --force "$AB_TREE" 2>/dev/null; then
+    chmod -R u+rwX -- "$AB_TREE" 2>/dev/null
+    rm -rf -- "$AB_TREE" || exit 40
+    git worktree prune || exit 41
+  fi ;;
+*) exit 2 ;;
+esac
+"#;
+
+/// What a failed step of the script was doing.
+fn step(code: Option<i32>) -> &'static str {
+    match code {
+        Some(20) => "entering the repository",
+        Some(21) => "finding the base commit",
+        Some(22) => "creating the branch (a branch of that name exists)",
+        Some(24) => "finding the branch",
+        Some(25) => "adding the worktree",
+        Some(30) => "adding the task's files",
+        Some(31) => "committing the task's files",
+        Some(32) => "reading the worktree's HEAD",
+        Some(33) => "copying the task's commits into the repository",
+        Some(34) => "checking the task's commits (objects are missing)",
+        Some(35) => "moving the branch (it was moved by someone else meanwhile)",
+        Some(36) => "moving the branch (the task's HEAD does not descend from where the branch was)",
+        Some(37) => "deleting the empty branch",
+        Some(40 | 41) => "removing the worktree",
+        _ => "an unexpected exit",
+    }
+}
+
+/// A checkout's repository: where its git directories are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repo {
+    /// The checkout's top (the workdir's root).
+    pub top: PathBuf,
+    /// The repository's common git directory (objects, refs, config, `worktrees/`).
+    pub common: PathBuf,
+}
+
+/// The repository of the checkout whose top is `top`, if `top` is the top of a git work tree
+/// (its `.git` is a directory, or a `gitdir:` file). Blocking.
+pub fn repo_of(top: &Path) -> Option<Repo> {
+    let top = top.canonicalize().ok()?;
+    let dotgit = top.join(".git");
+    let meta = std::fs::symlink_metadata(&dotgit).ok()?;
+    let gitdir = if meta.is_dir() {
+        dotgit
+    } else if meta.is_file() {
+        let text = std::fs::read_to_string(&dotgit).ok().filter(|t| t.len() < 4096)?;
+        top.join(text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim())
+    } else {
+        return None;
+    };
+    let gitdir = gitdir.canonicalize().ok()?;
+    let common = match std::fs::read_to_string(gitdir.join("commondir")) {
+        Ok(text) if !text.trim().is_empty() => gitdir.join(text.trim()).canonicalize().ok()?,
+        _ => gitdir,
+    };
+    (common.join("objects").is_dir() && common.join("refs").is_dir()).then_some(Repo { top, common })
+}
+
+/// What a worktree task's own sandbox holds of its repository (besides its worktree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeGit {
+    /// The checkout the worktree belongs to: the workdir's policy (its paths, its hosts) is
+    /// looked up by it. Not in the view.
+    pub checkout: PathBuf,
+    /// The repository's common git directory: read-only.
+    pub common: PathBuf,
+    /// The worktree's own entry (`<common>/worktrees/<task>`: its `HEAD`, index): read-write.
+    pub entry: PathBuf,
+    /// The private object directory the task's git writes to: read-write.
+    pub objects: PathBuf,
+}
+
+impl TreeGit {
+    /// The environment that sends the task's new objects to its private directory (and keeps
+    /// git from packing the repository's refs or objects, which it could not write anyway).
+    pub fn env(&self) -> [(OsString, OsString); 7] {
+        [
+            ("GIT_OBJECT_DIRECTORY".into(), self.objects.clone().into_os_string()),
+            ("GIT_ALTERNATE_OBJECT_DIRECTORIES".into(), self.common.join("objects").into_os_string()),
+            ("GIT_CONFIG_COUNT".into(), "2".into()),
+            ("GIT_CONFIG_KEY_0".into(), "gc.auto".into()),
+            ("GIT_CONFIG_VALUE_0".into(), "0".into()),
+            ("GIT_CONFIG_KEY_1".into(), "maintenance.auto".into()),
+            ("GIT_CONFIG_VALUE_1".into(), "false".into()),
+        ]
+    }
+}
+
+/// Why a worktree step failed: caller-safe text (no host path) and git's own line for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeError {
+    /// What failed, for the caller.
+    pub message: String,
+}
+
+impl WorktreeError {
+    fn of(failed: Failed) -> WorktreeError {
+        match failed.code {
+            None => WorktreeError { message: failed.said },
+            code => WorktreeError { message: format!("git failed while {}", step(code)) },
+        }
+    }
+
+    fn new(message: &str) -> WorktreeError {
+        WorktreeError { message: message.to_owned() }
+    }
+}
+
+/// What [`Worktrees::create`] made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created {
+    /// The commit the branch started at.
+    pub base_commit: String,
+    /// The branch's tip the task starts from.
+    pub start_commit: String,
+    /// Whether the checkout had changes (or untracked files) the task does not see.
+    pub base_dirty: bool,
+    /// The worktree (the task's tree).
+    pub tree: PathBuf,
+    /// What the task's sandbox holds of the repository.
+    pub git: TreeGit,
+}
+
+/// A branch to work on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// A new branch from a ref the caller named (`HEAD` by default).
+    New {
+        /// The ref.
+        base_ref: String,
+    },
+    /// The branch exists (a continuation, a plan's later step); it started at `base_commit`.
+    Existing {
+        /// The commit the branch started at.
+        base_commit: String,
+    },
+}
+
+/// How a task's work ended up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// The branch's tip now (the base commit when nothing was done: the branch is gone).
+    pub head: String,
+    /// Whether the branch was deleted because it holds nothing beyond its base.
+    pub deleted: bool,
+}
+
+/// Makes, finishes and removes worktrees (git found once, at startup).
+#[derive(Debug, Clone)]
+pub struct Worktrees {
+    git: Option<PathBuf>,
+    containment: Containment,
+    /// `<state>/worktrees`: one worktree per task, named by its id.
+    root: PathBuf,
+    /// `<state>/worktree-objects`: each task's private object directory.
+    objects: PathBuf,
+    /// One lock per repository (its common git directory): the bridge's administrative git
+    /// runs on one repository (worktree add and remove, branch moves) one at a time.
+    locks: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<PathBuf, std::sync::Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl Worktrees {
+    /// Worktrees under `state_dir`, made with `git` under `containment`.
+    pub fn new(git: Option<PathBuf>, containment: Containment, state_dir: &Path) -> Worktrees {
+        Worktrees {
+            git,
+            containment,
+            root: state_dir.join("worktrees"),
+            objects: state_dir.join("worktree-objects"),
+            locks: Default::default(),
+        }
+    }
+
+    /// A task's worktree.
+    pub fn tree_of(&self, task_id: &str) -> PathBuf {
+        self.root.join(task_id)
+    }
+
+    /// A task's private object directory.
+    pub fn objects_of(&self, task_id: &str) -> PathBuf {
+        self.objects.join(task_id)
+    }
+
+    /// What the task's sandbox holds of `repo` for its worktree.
+    pub fn tree_git(&self, task_id: &str, repo: &Repo) -> TreeGit {
+        TreeGit {
+            checkout: repo.top.clone(),
+            common: repo.common.clone(),
+            entry: repo.common.join("worktrees").join(task_id),
+            objects: self.objects_of(task_id),
+        }
+    }
+
+    fn git(&self) -> Result<&Path, WorktreeError> {
+        self.git.as_deref().ok_or_else(|| WorktreeError::new("git is not installed on the bridge's PATH"))
+    }
+
+    /// One run of the script on `repo`: the checkout read-only, the git directory read-write
+    /// but its config and hooks, the worktrees' directory and the task's private objects.
+    async fn run(
+        &self,
+        task_id: &str,
+        repo: &Repo,
+        phase: &str,
+        env: Vec<(OsString, OsString)>,
+    ) -> Result<String, WorktreeError> {
+        let git = self.git()?;
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            std::sync::Arc::clone(locks.entry(repo.common.clone()).or_default())
+        };
+        let _serial = lock.lock().await;
+        let mut env = env;
+        env.push(("HOME".into(), "/tmp".into()));
+        env.push(("AB_TASK".into(), task_id.into()));
+        env.push(("AB_TOP".into(), repo.top.clone().into()));
+        env.push(("AB_TREE".into(), self.tree_of(task_id).into()));
+        env.push(("AB_PRIVATE".into(), self.objects_of(task_id).into()));
+        let run = GitRun {
+            git,
+            task_id,
+            script: SCRIPT,
+            phase,
+            cwd: &repo.top,
+            env,
+            settings: vec![("user.useConfigOnly", "false".into())],
+            workdir: Some((repo.top.clone(), false)),
+            read: vec![repo.common.join("config"), repo.common.join("hooks"), self.objects_of(task_id)],
+            write: vec![repo.common.clone(), self.root.clone()],
+            kind: SpawnKind::Worktree,
+            limit: RUN_LIMIT,
+        };
+        let out = super::gitrun::run(&self.containment, run).await.map_err(WorktreeError::of)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// Makes `task_id`'s worktree of the checkout `top`, detached at the tip of `branch` (made
+    /// from `start` first when it is new), and its private object directory.
+    pub async fn create(
+        &self,
+        task_id: &str,
+        top: &Path,
+        branch: &str,
+        start: &Start,
+    ) -> Result<Created, WorktreeError> {
+        let (t, root, objects) = (top.to_owned(), self.root.clone(), self.objects_of(task_id));
+        let repo = tokio::task::spawn_blocking(move || -> Result<Repo, WorktreeError> {
+            let repo = repo_of(&t).ok_or_else(|| WorktreeError::new("the workdir is no longer a git work tree"))?;
+            crate::files::ensure_private_dir(&root)
+                .map_err(|_| WorktreeError::new("the worktrees' directory cannot be made"))?;
+            if let Some(parent) = objects.parent() {
+                crate::files::ensure_private_dir(parent)
+                    .map_err(|_| WorktreeError::new("the private objects' directory cannot be made"))?;
+            }
+            let _ = std::fs::remove_dir_all(&objects);
+            crate::files::ensure_private_dir(&objects)
+                .map_err(|_| WorktreeError::new("the private objects' directory cannot be made"))?;
+            std::fs::create_dir_all(objects.join("info"))
+                .map_err(|_| WorktreeError::new("the private objects' directory cannot be made"))?;
+            std::fs::create_dir_all(objects.join("pack"))
+                .map_err(|_| WorktreeError::new("the private objects' directory cannot be made"))?;
+            Ok(repo)
+        })
+        .await
+        .map_err(|_| WorktreeError::new("the worktree could not be prepared"))??;
+        let mut env: Vec<(OsString, OsString)> = vec![("AB_BRANCH".into(), branch.into())];
+        match start {
+            Start::New { base_ref } => {
+                env.push(("AB_NEW".into(), "1".into()));
+                env.push(("AB_BASE".into(), base_ref.into()));
+            }
+            Start::Existing { base_commit } => {
+                env.push(("AB_NEW".into(), "0".into()));
+                env.push(("AB_BASE".into(), base_commit.into()));
+            }
+        }
+        let out = self.run(task_id, &repo, "create", env).await?;
+        let field = |name: &str| {
+            out.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')).map(str::to_owned).filter(|v| is_hex(v))
+        };
+        let (Some(base_commit), Some(start_commit)) = (field("base"), field("start")) else {
+            return Err(WorktreeError::new("git did not say where the worktree starts"));
+        };
+        let base_dirty = out.lines().any(|l| l == "dirty 1");
+        Ok(Created {
+            base_commit,
+            start_commit,
+            base_dirty,
+            tree: self.tree_of(task_id),
+            git: self.tree_git(task_id, &repo),
+        })
+    }
+
+    /// Once the task's agent has stopped: commits what it left (`--no-verify`, as
+    /// `agent-bridge`, `message`), copies its commits into the repository, checks them and moves
+    /// `branch` from `start` to them; deletes the branch when it holds nothing beyond `base`.
+    pub async fn finish(
+        &self,
+        task_id: &str,
+        top: &Path,
+        branch: &str,
+        (base, start): (&str, &str),
+        message: &str,
+    ) -> Result<Finished, WorktreeError> {
+        let t = top.to_owned();
+        let repo = tokio::task::spawn_blocking(move || repo_of(&t))
+            .await
+            .ok()
+            .flatten()
+            .ok_or_else(|| WorktreeError::new("the workdir is no longer a git work tree"))?;
+        let mut env: Vec<(OsString, OsString)> = vec![
+            ("AB_BRANCH".into(), branch.into()),
+            ("AB_BASE".into(), base.into()),
+            ("AB_START".into(), start.into()),
+            ("AB_MESSAGE".into(), message.into()),
+        ];
+        for (k, v) in [
+            ("GIT_AUTHOR_NAME", "agent-bridge"),
+            ("GIT_AUTHOR_EMAIL", "agent-bridge@localhost"),
+            ("GIT_COMMITTER_NAME", "agent-bridge"),
+            ("GIT_COMMITTER_EMAIL", "agent-bridge@localhost"),
+        ] {
+            env.push((k.into(), v.into()));
+        }
+        let out = self.run(task_id, &repo, "finish", env).await?;
+        let head = out
+            .lines()
+            .find_map(|l| l.strip_prefix("head "))
+            .filter(|v| is_hex(v))
+            .ok_or_else(|| WorktreeError::new("git did not say where the branch ends"))?;
+        Ok(Finished { head: head.to_owned(), deleted: head == base })
+    }
+
+    /// Removes `task_id`'s worktree (its entry in the repository too) and its private objects.
+    pub async fn remove(&self, task_id: &str, top: &Path) -> Result<(), WorktreeError> {
+        let t = top.to_owned();
+        let repo = tokio::task::spawn_blocking(move || repo_of(&t)).await.ok().flatten();
+        if let Some(repo) = repo {
+            self.run(task_id, &repo, "remove", Vec::new()).await?;
+        }
+        let (tree, objects) = (self.tree_of(task_id), self.objects_of(task_id));
+        tokio::task::spawn_blocking(move || {
+            crate::files::remove_tree(&tree);
+            crate::files::remove_tree(&objects);
+        })
+        .await
+        .map_err(|_| WorktreeError::new("the worktree could not be removed"))?;
+        Ok(())
+    }
+}
+
+/// Whether `text` is a full object name (SHA-1 or SHA-256, lower-case hex).
+fn is_hex(text: &str) -> bool {
+    (text.len() == 40 || text.len() == 64) && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+#[path = "worktree_tests.rs"]
+mod tests;

@@ -1,0 +1,182 @@
+//! Worktree tasks: one row per task that works in a git worktree of its own — its branch, where
+//! the branch started, where this task found and left it, and what became of it.
+//!
+//! The row is written with the task (in `insert_task`'s transaction) and moves through
+//! [`WorktreeState`] as the runner creates the worktree, the task ends and a human merges or
+//! discards the branch. A task whose branch still holds unmerged work is never deleted by
+//! retention (its row is how the branch is found, merged or discarded).
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Store, StoreError};
+pub use crate::model::WorktreeState;
+
+/// The row written with a worktree task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewWorktree {
+    /// The branch the task works on.
+    pub branch: String,
+    /// The task that made the branch (itself, or the first of its continuations or plan steps).
+    pub origin_task_id: String,
+    /// What the branch starts from, as the caller named it (`HEAD` by default).
+    pub base_ref: String,
+}
+
+/// A stored worktree row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorktreeRow {
+    /// The task.
+    pub task_id: String,
+    /// Its workdir.
+    pub workdir_alias: String,
+    /// Its branch.
+    pub branch: String,
+    /// The task that made the branch.
+    pub origin_task_id: String,
+    /// What the branch started from, as named.
+    pub base_ref: String,
+    /// The commit the branch started at.
+    pub base_commit: Option<String>,
+    /// The branch's tip when this task started.
+    pub start_commit: Option<String>,
+    /// The branch's tip when this task ended.
+    pub head_commit: Option<String>,
+    /// Whether the checkout had changes the task did not see.
+    pub base_dirty: Option<bool>,
+    /// What became of it.
+    pub state: WorktreeState,
+    /// Why, for `kept` and `failed`.
+    pub reason: Option<String>,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms.
+    pub updated_at: i64,
+}
+
+const COLUMNS: &str = "task_id, workdir_alias, branch, origin_task_id, base_ref, base_commit, start_commit, \
+    head_commit, base_dirty, state, reason, created_at, updated_at";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
+    let state: String = r.get(9)?;
+    Ok(WorktreeRow {
+        task_id: r.get(0)?,
+        workdir_alias: r.get(1)?,
+        branch: r.get(2)?,
+        origin_task_id: r.get(3)?,
+        base_ref: r.get(4)?,
+        base_commit: r.get(5)?,
+        start_commit: r.get(6)?,
+        head_commit: r.get(7)?,
+        base_dirty: r.get(8)?,
+        state: WorktreeState::parse(&state).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(9, rusqlite::types::Type::Text, format!("state {state:?}").into())
+        })?,
+        reason: r.get(10)?,
+        created_at: r.get(11)?,
+        updated_at: r.get(12)?,
+    })
+}
+
+/// Writes a worktree task's row (inside `insert_task`'s transaction).
+pub(super) fn insert_in(
+    tx: &Connection,
+    task_id: &str,
+    workdir_alias: &str,
+    new: &NewWorktree,
+    now: i64,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO worktrees (task_id, workdir_alias, branch, origin_task_id, base_ref, state, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'preparing', ?6, ?6)",
+        params![task_id, workdir_alias, new.branch, new.origin_task_id, new.base_ref, now],
+    )?;
+    Ok(())
+}
+
+/// A task's worktree row, on `conn`.
+pub(super) fn get_in(conn: &Connection, task_id: &str) -> Result<Option<WorktreeRow>, StoreError> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM worktrees WHERE task_id = ?1"))?
+        .query_row([task_id], from_row)
+        .optional()?)
+}
+
+/// What the runner learnt when it made the worktree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorktreeStarted {
+    /// The commit the branch started at.
+    pub base_commit: String,
+    /// The branch's tip now.
+    pub start_commit: String,
+    /// Whether the checkout had changes the task does not see.
+    pub base_dirty: bool,
+}
+
+impl Store {
+    /// A task's worktree row, if it is a worktree task.
+    pub fn get_worktree(&self, task_id: &str) -> Result<Option<WorktreeRow>, StoreError> {
+        self.read(|c| get_in(c, task_id))
+    }
+
+    /// Every row of a branch, newest first (its continuations and plan steps).
+    pub fn branch_rows(&self, workdir_alias: &str, branch: &str) -> Result<Vec<WorktreeRow>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM worktrees WHERE workdir_alias = ?1 AND branch = ?2 ORDER BY created_at DESC, rowid DESC"
+            ))?;
+            let rows = stmt.query_map([workdir_alias, branch], from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Every row still holding work (`preparing`, `active`, `open`, `kept`), oldest first.
+    pub fn worktrees_holding_work(&self) -> Result<Vec<WorktreeRow>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM worktrees WHERE state IN ('preparing','active','open','kept') ORDER BY created_at, rowid"
+            ))?;
+            let rows = stmt.query_map([], from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Records that the worktree exists.
+    pub fn worktree_started(&self, task_id: &str, started: &WorktreeStarted, now: i64) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE worktrees SET state = 'active', base_commit = ?2, start_commit = ?3, base_dirty = ?4, \
+                 updated_at = ?5 WHERE task_id = ?1 AND state = 'preparing'",
+                params![task_id, started.base_commit, started.start_commit, started.base_dirty, now],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Moves a worktree row to `state` (with its head and reason when given) if it is in one of
+    /// `from`; returns whether it did.
+    pub fn set_worktree_state(
+        &self,
+        task_id: &str,
+        from: &[WorktreeState],
+        state: WorktreeState,
+        head_commit: Option<&str>,
+        reason: Option<&str>,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.write(|tx| {
+            let current: Option<String> = tx
+                .query_row("SELECT state FROM worktrees WHERE task_id = ?1", [task_id], |r| r.get(0))
+                .optional()?;
+            let Some(current) = current.as_deref().and_then(WorktreeState::parse) else { return Ok(false) };
+            if !from.contains(&current) {
+                return Ok(false);
+            }
+            tx.execute(
+                "UPDATE worktrees SET state = ?2, head_commit = COALESCE(?3, head_commit), reason = ?4, updated_at = ?5 \
+                 WHERE task_id = ?1",
+                params![task_id, state.as_str(), head_commit, reason, now],
+            )?;
+            Ok(true)
+        })
+    }
+}

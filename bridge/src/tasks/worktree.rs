@@ -1,0 +1,267 @@
+//! Worktree tasks: the choice of isolation at submit, and the two moments the runner hands a
+//! worktree task's repository to [`crate::provider::worktree`] — making its worktree before
+//! the agent starts, and putting its work on its branch once the agent has stopped with proof.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::Inner;
+use super::submit::SubmitRequest;
+use crate::config::Workdir;
+use crate::error::{ToolError, code};
+use crate::model::{Isolation, Profile};
+use crate::provider::worktree::{Created, Start};
+use crate::store::events::NewEvent;
+use crate::store::worktrees::{NewWorktree, WorktreeRow, WorktreeStarted, WorktreeState};
+
+/// Where a submitted writer task works, decided at submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Placement {
+    /// The branch.
+    pub branch: String,
+    /// The task that made the branch (leases and guards are the branch's).
+    pub origin_task_id: String,
+    /// A new branch from a named ref, or the branch as a previous task left it.
+    pub start: Start,
+    /// The ref the caller named (`HEAD` when none), for the view.
+    pub base_ref: String,
+}
+
+impl Placement {
+    /// The row written with the task.
+    pub fn new_row(&self) -> NewWorktree {
+        NewWorktree {
+            branch: self.branch.clone(),
+            origin_task_id: self.origin_task_id.clone(),
+            base_ref: self.base_ref.clone(),
+        }
+    }
+}
+
+/// What a runner carries for a worktree task.
+#[derive(Debug)]
+pub(super) struct WorktreeJob {
+    pub placement: Placement,
+    /// The checkout (the workdir's root).
+    pub checkout: PathBuf,
+    /// The relative path the task starts in.
+    pub path: String,
+    /// Set once the worktree exists.
+    pub created: Option<Created>,
+}
+
+/// The longest `base_ref` accepted.
+const MAX_REF: usize = 256;
+
+/// Checks a caller's `base_ref`: a name git would read as a revision, nothing that could be
+/// read as an option or a path outside the repository's names.
+fn check_base_ref(base_ref: &str) -> Result<(), ToolError> {
+    let ok = !base_ref.is_empty()
+        && base_ref.len() <= MAX_REF
+        && !base_ref.starts_with('-')
+        && !base_ref.contains("..")
+        && base_ref.chars().all(|c| c.is_ascii_alphanumeric() || "/._-~^@{}".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ToolError::invalid(
+            "base_ref",
+            "must be a branch, tag or commit (letters, digits and / . _ - ~ ^ @ { }, no leading -, no ..)",
+        ))
+    }
+}
+
+/// The branch of a new worktree task: the prefix and the first 12 hex digits of its id.
+pub(super) fn branch_name(prefix: &str, task_id: &str) -> String {
+    let short: String = task_id.trim_start_matches("agt_").chars().take(12).collect();
+    format!("{prefix}{short}")
+}
+
+/// Decides where a writer task works: `None` for in place, else its placement. `prior` is
+/// the worktree row of the task it continues, if that one worked in a worktree.
+pub(super) fn decide(
+    inner: &Inner,
+    workdir: &Workdir,
+    req: &SubmitRequest,
+    task_id: &str,
+    prior: Option<&WorktreeRow>,
+) -> Result<Option<Placement>, ToolError> {
+    if let Some(base_ref) = &req.base_ref {
+        check_base_ref(base_ref)?;
+    }
+    if req.profile == Profile::Review {
+        if req.isolation == Some(Isolation::Worktree) || req.base_ref.is_some() {
+            return Err(ToolError::invalid(
+                "isolation",
+                "a review task reads the workdir in place: worktree and base_ref need the workspace-write profile",
+            ));
+        }
+        return Ok(None);
+    }
+    if let Some(prior) = prior {
+        // A continuation goes on where its task left the branch.
+        if req.isolation == Some(Isolation::InPlace) || req.base_ref.is_some() {
+            return Err(ToolError::invalid(
+                "isolation",
+                "a continuation of a worktree task continues on its branch: leave isolation and base_ref out",
+            ));
+        }
+        let not_resumable = |why: String| ToolError::new(code::AGENT_SESSION_NOT_RESUMABLE, why);
+        let start = match (prior.state, &prior.base_commit) {
+            (WorktreeState::Open, Some(base)) => Start::Existing { base_commit: base.clone() },
+            // It changed nothing: its branch went; it comes back from the same commit.
+            (WorktreeState::Empty, Some(base)) => Start::New { base_ref: base.clone() },
+            (state, _) => {
+                return Err(not_resumable(format!(
+                    "the branch {} of the task to continue is {}: there is nothing to continue on",
+                    prior.branch,
+                    state.as_str()
+                )));
+            }
+        };
+        return Ok(Some(Placement {
+            branch: prior.branch.clone(),
+            origin_task_id: prior.origin_task_id.clone(),
+            start,
+            base_ref: prior.base_ref.clone(),
+        }));
+    }
+    if req.isolation.unwrap_or(workdir.isolation) == Isolation::InPlace {
+        if req.base_ref.is_some() {
+            return Err(ToolError::invalid("base_ref", "only a worktree task starts from a base_ref"));
+        }
+        return Ok(None);
+    }
+    let base_ref = req.base_ref.clone().unwrap_or_else(|| "HEAD".to_owned());
+    Ok(Some(Placement {
+        branch: branch_name(&inner.config.branch_prefix, task_id),
+        origin_task_id: task_id.to_owned(),
+        start: Start::New { base_ref: base_ref.clone() },
+        base_ref,
+    }))
+}
+
+/// Refuses a worktree task on a workdir that is not the top of a git work tree.
+pub(super) async fn check_repository(workdir: &Workdir) -> Result<(), ToolError> {
+    let root = workdir.path.clone();
+    let found =
+        tokio::task::spawn_blocking(move || crate::provider::worktree::repo_of(&root).is_some()).await.unwrap_or(false);
+    if found {
+        Ok(())
+    } else {
+        Err(ToolError::new(
+            code::WORKDIR_NOT_A_GIT_REPOSITORY,
+            format!("workdir {:?} is not the top of a git work tree: isolation worktree needs one", workdir.alias),
+        ))
+    }
+}
+
+/// Makes the task's worktree and records it; the error is the task's failure message.
+pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJob) -> Result<(), String> {
+    let p = &wt.placement;
+    let made = inner.providers.worktrees().create(task_id, &wt.checkout, &p.branch, &p.start).await;
+    let made = match made {
+        Ok(made) => made,
+        Err(e) => {
+            let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
+            let reason = e.message.clone();
+            let _ = inner
+                .store
+                .call(move |s| {
+                    s.set_worktree_state(
+                        &id,
+                        &[WorktreeState::Preparing],
+                        WorktreeState::Failed,
+                        None,
+                        Some(&reason),
+                        now,
+                    )
+                })
+                .await;
+            return Err(format!("the task's worktree could not be made: {}", e.message));
+        }
+    };
+    let started = WorktreeStarted {
+        base_commit: made.base_commit.clone(),
+        start_commit: made.start_commit.clone(),
+        base_dirty: made.base_dirty,
+    };
+    let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let event = NewEvent::new(
+        "worktree.created",
+        json!({
+            "branch": p.branch,
+            "base_commit": made.base_commit,
+            "start_commit": made.start_commit,
+            "base_dirty": made.base_dirty,
+        }),
+    );
+    let stored = inner
+        .store
+        .call(move |s| {
+            s.worktree_started(&id, &started, now)?;
+            s.append_event(&id, &event, None, now).map(|_| ())
+        })
+        .await;
+    if let Err(e) = stored {
+        tracing::warn!(cause = %e, "cannot record the task's worktree");
+    }
+    wt.created = Some(made);
+    Ok(())
+}
+
+/// Once the agent has stopped: puts its work on the branch and removes the worktree, or keeps
+/// the worktree and says why. `proven` says whether the agent's stop is proven (if not, nothing
+/// is committed: it may still be writing).
+pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, proven: bool) {
+    let Some(made) = &wt.created else {
+        // The task ended before its worktree was made (or it could not be): nothing is left.
+        let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
+        let reason = "the task ended before its worktree was made";
+        let _ = inner
+            .store
+            .call(move |s| {
+                s.set_worktree_state(&id, &[WorktreeState::Preparing], WorktreeState::Failed, None, Some(reason), now)
+            })
+            .await;
+        return;
+    };
+    let branch = &wt.placement.branch;
+    let worktrees = inner.providers.worktrees();
+    let outcome = if !proven {
+        Err("the agent's stop is not proven: its worktree is kept as it is".to_owned())
+    } else {
+        let message = format!("agent-bridge: task {task_id}");
+        match worktrees.finish(task_id, &wt.checkout, branch, (&made.base_commit, &made.start_commit), &message).await {
+            Ok(done) => Ok(done),
+            Err(e) => Err(format!("its work could not be put on its branch: {}; the worktree is kept", e.message)),
+        }
+    };
+    let (state, head, reason) = match &outcome {
+        Ok(done) if done.deleted => (WorktreeState::Empty, Some(done.head.clone()), None),
+        Ok(done) => (WorktreeState::Open, Some(done.head.clone()), None),
+        Err(why) => (WorktreeState::Kept, None, Some(why.clone())),
+    };
+    if outcome.is_ok()
+        && let Err(e) = worktrees.remove(task_id, &wt.checkout).await
+    {
+        tracing::warn!(reason = %e.message, "cannot remove a finished task's worktree");
+    }
+    let event = NewEvent::new(
+        "worktree.finished",
+        json!({ "branch": branch, "state": state.as_str(), "head_commit": head, "reason": reason }),
+    );
+    let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let stored = inner
+        .store
+        .call(move |s| {
+            s.set_worktree_state(&id, &[WorktreeState::Active], state, head.as_deref(), reason.as_deref(), now)?;
+            s.append_event(&id, &event, None, now).map(|_| ())
+        })
+        .await;
+    if let Err(e) = stored {
+        tracing::warn!(cause = %e, "cannot record how the task's worktree ended");
+    }
+}
