@@ -73,6 +73,17 @@ pub mod code {
     pub const WORKDIR_NOT_A_GIT_REPOSITORY: &str = "WORKDIR_NOT_A_GIT_REPOSITORY";
     /// A worktree task's worktree could not be made (the message says which step failed).
     pub const WORKTREE_FAILED: &str = "WORKTREE_FAILED";
+    /// The task has no branch to merge or discard (it worked in place, changed nothing, is
+    /// still running, or its worktree is kept until its stop is proven).
+    pub const AGENT_BRANCH_NOT_OPEN: &str = "AGENT_BRANCH_NOT_OPEN";
+    /// A merge would touch files the user's checkout has uncommitted changes in.
+    pub const WORKDIR_DIRTY: &str = "WORKDIR_DIRTY";
+    /// The task's branch and the user's branch change the same lines: a merge needs a human.
+    pub const MERGE_CONFLICT: &str = "MERGE_CONFLICT";
+    /// A branch is not where the call expects it: the task's branch was moved since the task
+    /// ended, the user's branch moved away from the task's base (for `ff_only`), or the
+    /// checkout is on no branch.
+    pub const BRANCH_MOVED: &str = "BRANCH_MOVED";
     /// Unknown request id on that task.
     pub const REQUEST_NOT_FOUND: &str = "REQUEST_NOT_FOUND";
     /// The request was already answered.
@@ -179,6 +190,10 @@ pub mod code {
         AGENT_SANDBOX_UNAVAILABLE,
         WORKDIR_NOT_A_GIT_REPOSITORY,
         WORKTREE_FAILED,
+        AGENT_BRANCH_NOT_OPEN,
+        WORKDIR_DIRTY,
+        MERGE_CONFLICT,
+        BRANCH_MOVED,
         REQUEST_NOT_FOUND,
         REQUEST_ALREADY_RESOLVED,
         REQUEST_STALE,
@@ -312,6 +327,10 @@ impl ErrorKind {
             | REQUEST_STALE
             | KEY_NAME_TAKEN
             | PLAN_NOT_PENDING
+            | AGENT_BRANCH_NOT_OPEN
+            | WORKDIR_DIRTY
+            | MERGE_CONFLICT
+            | BRANCH_MOVED
             | proto::SOCKET_PATH_IN_USE => ErrorKind::Conflict,
             WORKDIR_BUSY | AGENT_TASK_LIMIT_REACHED | BRIDGE_BUSY => ErrorKind::Busy,
             AGENT_RUNTIME_UNAVAILABLE

@@ -20,6 +20,7 @@ mod deploy;
 mod doctor;
 mod front;
 mod front_http;
+mod handback;
 mod hardening;
 mod http_bounds;
 mod idempotency;

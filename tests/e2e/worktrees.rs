@@ -12,7 +12,7 @@ use e2e::{Options, TestBridge, code};
 
 /// Makes the test bridge's `repo` workdir a git repository with one commit, and an uncommitted
 /// edit and an untracked file of the user's.
-fn repository(b: &TestBridge) {
+pub fn repository(b: &TestBridge) {
     let r = &b.repo;
     git(r, &["init", "-q", "-b", "main"]);
     std::fs::write(r.join("README.md"), "the project\n").expect("readme");

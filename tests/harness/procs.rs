@@ -32,7 +32,8 @@ impl TestBridge {
                 // before it, a worktree's creation), which says what it is in `AGENT_BRIDGE_GIT`.
                 let provider = |pid: i32| {
                     environ_has(pid, &marker)
-                        && !read_environ(pid).is_some_and(|e| e.split(|&b| b == 0).any(|v| v.starts_with(b"AGENT_BRIDGE_GIT=")))
+                        && !read_environ(pid)
+                            .is_some_and(|e| e.split(|&b| b == 0).any(|v| v.starts_with(b"AGENT_BRIDGE_GIT=")))
                 };
                 if child_pids(bridge).iter().any(|&pid| provider(pid)) {
                     break true;

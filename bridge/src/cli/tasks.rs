@@ -92,6 +92,25 @@ pub enum TasksCommand {
         /// Continue this finished task's session.
         #[arg(long)]
         continue_from: Option<String>,
+        /// in_place or worktree (default: the workdir's setting).
+        #[arg(long)]
+        isolation: Option<String>,
+        /// For a worktree task: the branch, tag or commit its branch starts from.
+        #[arg(long)]
+        base_ref: Option<String>,
+    },
+    /// Merge a finished worktree task's branch into the branch the workdir's checkout is on.
+    Merge {
+        /// The task id.
+        id: String,
+        /// ff_only (default), merge or squash.
+        #[arg(long, default_value = "ff_only")]
+        strategy: String,
+    },
+    /// Delete a finished worktree task's branch (its work is gone).
+    Discard {
+        /// The task id.
+        id: String,
     },
     /// Cancel a task.
     Cancel {
@@ -242,17 +261,39 @@ pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: boo
             let v = json!({ "task_id": id, "text": text });
             show(json_mode, &v, |v| s(&v["text"]));
         }
-        TasksCommand::Submit { runtime, workdir, prompt, path, profile, idempotency_key, continue_from } => {
+        TasksCommand::Submit {
+            runtime,
+            workdir,
+            prompt,
+            path,
+            profile,
+            idempotency_key,
+            continue_from,
+            isolation,
+            base_ref,
+        } => {
             let v = call(
                 client,
                 "submit_agent_task",
                 json!({
                     "runtime": runtime, "workdir": workdir, "prompt": prompt, "path": path, "profile": profile,
                     "idempotency_key": idempotency_key, "continue_from_task_id": continue_from,
+                    "isolation": isolation, "base_ref": base_ref,
                 }),
             )
             .await?;
             show(json_mode, &v, |v| s(&v["task_id"]));
+        }
+        TasksCommand::Merge { id, strategy } => {
+            let v = call(client, "merge_agent_task", json!({ "task_id": id, "strategy": strategy })).await?;
+            show(json_mode, &v, |v| {
+                let what = if v["already_merged"] == json!(true) { "was already merged" } else { "merged" };
+                format!("{} {what}: {}", s(&v["branch"]), s(&v["merged_commit"]))
+            });
+        }
+        TasksCommand::Discard { id } => {
+            let v = call(client, "discard_agent_task", json!({ "task_id": id })).await?;
+            show(json_mode, &v, |v| format!("{} discarded", s(&v["branch"])));
         }
         TasksCommand::Cancel { id } => {
             let v = call(client, "cancel_agent_task", json!({ "task_id": id })).await?;

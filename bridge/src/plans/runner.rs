@@ -164,8 +164,12 @@ async fn start(inner: &Arc<Inner>, plan: &PlanRow, step: &StepRow, prior: Option
         path: plan.relative_cwd.clone(),
         profile,
         model: None,
-        // The workdir's; a later step continues the previous one, on its branch when it has one.
-        isolation: None,
+        // The plan's for its first step; a later step continues the previous one, on its
+        // branch when it has one.
+        isolation: match prior {
+            None => plan.isolation.as_deref().and_then(crate::model::Isolation::parse),
+            Some(_) => None,
+        },
         base_ref: None,
         continue_from_task_id: prior,
         correlation_id: plan.correlation_id.clone(),

@@ -32,6 +32,8 @@ pub struct PlanRequest {
     pub runtime: RuntimeName,
     /// Profile of every step.
     pub profile: Profile,
+    /// Where the steps work (`None`: the workdir's setting); a worktree plan's steps share one branch.
+    pub isolation: Option<crate::model::Isolation>,
     /// Relative cwd of every step.
     pub path: String,
     /// Short title.
@@ -104,6 +106,11 @@ fn fingerprint(req: &PlanRequest, path: &str, title: &str, steps: &[NewStep]) ->
         "steps": steps,
         "correlation_id": req.correlation_id,
     });
+    let mut doc = doc;
+    // Only when given, so that a plan's fingerprint from before isolation existed still matches.
+    if let Some(isolation) = req.isolation {
+        doc["isolation"] = json!(isolation.as_str());
+    }
     sha256_hex(canonical(&doc).as_bytes())
 }
 
@@ -140,6 +147,7 @@ impl PlanService {
                 .map_err(|e| ToolError::new(crate::error::code::AGENT_DISABLED, format!("steps[{i}].prompt: {e}")))?;
         }
         crate::tasks::resolve_cwd(&workdir, &path).await?;
+        inner.tasks.check_isolation(&workdir, req.profile, req.isolation).await?;
         let fingerprint = fingerprint(&req, &path, &title, &steps);
         if let Some(key) = &req.idempotency_key {
             let (p, k) = (principal.name.clone(), key.clone());
@@ -163,6 +171,7 @@ impl PlanService {
             correlation_id: req.correlation_id.clone(),
             idempotency_key: req.idempotency_key.clone(),
             request_fingerprint: req.idempotency_key.as_ref().map(|_| fingerprint.clone()),
+            isolation: req.isolation.map(|i| i.as_str().to_owned()),
         };
         let inserted = inner.store.call(move |s| s.insert_plan(&new, &steps)).await?;
         let row = match inserted {

@@ -97,6 +97,7 @@ pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: Option<SocketAddr>) -> V
         "workdir": p.workdir_alias,
         "path": p.relative_cwd,
         "profile": p.profile,
+        "isolation": p.isolation.as_deref().unwrap_or("workdir_default"),
         "correlation_id": p.correlation_id,
         "idempotency_key": p.idempotency_key,
         "waiting_for": p.wait_code.as_ref().filter(|_| p.status == PlanStatus::Waiting),

@@ -27,6 +27,7 @@ pub mod events;
 pub mod fake;
 pub mod fake_agent;
 pub mod gitrun;
+pub mod handback;
 pub mod io;
 pub mod leftovers;
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::time::Duration;
 use super::gitrun::{Failed, GitRun};
 use super::sandbox::Containment;
 use super::tether::SpawnKind;
+use crate::store::worktrees::BranchSize;
 
 /// How long one run may take (a checkout of a large repository takes a while).
 const RUN_LIMIT: Duration = Duration::from_secs(300);
@@ -63,7 +64,10 @@ finish)
   if [ "$head" = "$AB_BASE" ]; then
     git update-ref -d "refs/heads/$AB_BRANCH" "$AB_BASE" || exit 37
   fi
-  printf 'head %s\n' "$head" ;;
+  printf 'head %s\n' "$head"
+  printf 'ahead %s\n' "$(git rev-list --count "$head" --not "$AB_BASE" 2>/dev/null)"
+  printf 'stat %s\n' "$(git diff --numstat "$AB_BASE" "$head" 2>/dev/null \
+    | awk '{ f++; if ($1 != "-") a += $1; if ($2 != "-") d += $2 } END { printf "%d %d %d", f, a, d }')" ;;
 remove)
   cd "$AB_TOP" || exit 20
   git worktree unlock "$AB_TREE" 2>/dev/null
@@ -166,14 +170,14 @@ pub struct WorktreeError {
 }
 
 impl WorktreeError {
-    fn of(failed: Failed) -> WorktreeError {
+    fn of(failed: Failed, step: fn(Option<i32>) -> &'static str) -> WorktreeError {
         match failed.code {
             None => WorktreeError { message: failed.said },
             code => WorktreeError { message: format!("git failed while {}", step(code)) },
         }
     }
 
-    fn new(message: &str) -> WorktreeError {
+    pub(super) fn new(message: &str) -> WorktreeError {
         WorktreeError { message: message.to_owned() }
     }
 }
@@ -215,6 +219,8 @@ pub struct Finished {
     pub head: String,
     /// Whether the branch was deleted because it holds nothing beyond its base.
     pub deleted: bool,
+    /// What the branch holds beyond its base.
+    pub size: BranchSize,
 }
 
 /// Makes, finishes and removes worktrees (git found once, at startup).
@@ -276,6 +282,19 @@ impl Worktrees {
         phase: &str,
         env: Vec<(OsString, OsString)>,
     ) -> Result<String, WorktreeError> {
+        self.run_script(task_id, repo, (SCRIPT, phase, step), env, false).await
+    }
+
+    /// One run of `script` at `phase` on `repo`, serialized with every other on it; the
+    /// checkout is writable only when `write_checkout` (a merge into it).
+    pub(super) async fn run_script(
+        &self,
+        task_id: &str,
+        repo: &Repo,
+        (script, phase, step): (&'static str, &str, fn(Option<i32>) -> &'static str),
+        env: Vec<(OsString, OsString)>,
+        write_checkout: bool,
+    ) -> Result<String, WorktreeError> {
         let git = self.git()?;
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
@@ -291,18 +310,18 @@ impl Worktrees {
         let run = GitRun {
             git,
             task_id,
-            script: SCRIPT,
+            script,
             phase,
             cwd: &repo.top,
             env,
             settings: vec![("user.useConfigOnly", "false".into())],
-            workdir: Some((repo.top.clone(), false)),
+            workdir: Some((repo.top.clone(), write_checkout)),
             read: vec![repo.common.join("config"), repo.common.join("hooks"), self.objects_of(task_id)],
             write: vec![repo.common.clone(), self.root.clone()],
             kind: SpawnKind::Worktree,
             limit: RUN_LIMIT,
         };
-        let out = super::gitrun::run(&self.containment, run).await.map_err(WorktreeError::of)?;
+        let out = super::gitrun::run(&self.containment, run).await.map_err(|f| WorktreeError::of(f, step))?;
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
@@ -400,7 +419,7 @@ impl Worktrees {
             .find_map(|l| l.strip_prefix("head "))
             .filter(|v| is_hex(v))
             .ok_or_else(|| WorktreeError::new("git did not say where the branch ends"))?;
-        Ok(Finished { head: head.to_owned(), deleted: head == base })
+        Ok(Finished { head: head.to_owned(), deleted: head == base, size: parse_size(&out) })
     }
 
     /// Removes `task_id`'s worktree (its entry in the repository too) and its private objects.
@@ -421,8 +440,20 @@ impl Worktrees {
     }
 }
 
+/// The `ahead` and `stat` lines of a finish run (zeros for what git did not say).
+fn parse_size(out: &str) -> BranchSize {
+    let line = |name: &str| out.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')).unwrap_or("");
+    let mut stat = line("stat").split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
+    BranchSize {
+        ahead: line("ahead").parse().unwrap_or(0),
+        files_changed: stat.next().unwrap_or(0),
+        lines_added: stat.next().unwrap_or(0),
+        lines_removed: stat.next().unwrap_or(0),
+    }
+}
+
 /// Whether `text` is a full object name (SHA-1 or SHA-256, lower-case hex).
-fn is_hex(text: &str) -> bool {
+pub(super) fn is_hex(text: &str) -> bool {
     (text.len() == 40 || text.len() == 64) && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 

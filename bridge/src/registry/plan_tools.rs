@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::{Annotations, Scope};
-use super::shared::{ProfileArg, RuntimeArg, local_on, meta};
+use super::shared::{IsolationArg, ProfileArg, RuntimeArg, local_on, meta};
 use super::{CallCtx, Capability, LOCAL_SURFACES};
 use crate::config::Role;
 use crate::error::ToolError;
@@ -41,6 +41,9 @@ struct SubmitPlanArgs {
     /// A directory relative to the workdir the steps start in (default: the workdir root).
     #[serde(default)]
     path: String,
+    /// `worktree`: the steps work on one new branch in a git worktree, each starting where the
+    /// previous one ended; `in_place`: in the workdir itself (default: the workdir's setting).
+    isolation: Option<IsolationArg>,
     /// A short title a human reads when deciding to approve the plan.
     #[schemars(length(min = 1, max = 200))]
     title: String,
@@ -162,6 +165,7 @@ pub(super) fn all() -> Vec<Capability> {
                     workdir: a.workdir,
                     runtime: a.runtime.into(),
                     profile: a.profile.into(),
+                    isolation: a.isolation.map(Into::into),
                     path: a.path,
                     title: a.title,
                     steps: a.steps.into_iter().map(|s| StepRequest { title: s.title, prompt: s.prompt }).collect(),

@@ -9,6 +9,7 @@ use super::policy::{Annotations, Scope};
 use super::shared::{IsolationArg, ProfileArg, RuntimeArg, meta, tasks};
 use super::{CallCtx, Capability};
 use crate::config::Role;
+use crate::provider::handback::Strategy;
 use crate::tasks::SubmitRequest;
 
 #[derive(Deserialize, JsonSchema)]
@@ -53,6 +54,32 @@ struct TaskArgs {
     /// The task id (`agt_…`).
     #[schemars(length(max = 64))]
     task_id: String,
+}
+
+/// How a task's branch is merged.
+#[derive(Deserialize, JsonSchema, Clone, Copy, Default)]
+enum StrategyArg {
+    /// Only if the checkout's branch has not moved since the task's branch started.
+    #[default]
+    #[serde(rename = "ff_only")]
+    FfOnly,
+    /// A merge commit.
+    #[serde(rename = "merge")]
+    Merge,
+    /// One commit holding the branch's whole change.
+    #[serde(rename = "squash")]
+    Squash,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct MergeArgs {
+    /// The worktree task whose branch to merge (`agt_…`).
+    #[schemars(length(max = 64))]
+    task_id: String,
+    /// `ff_only` (default), `merge` or `squash`.
+    #[serde(default)]
+    strategy: StrategyArg,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -342,6 +369,33 @@ pub(super) fn all() -> Vec<Capability> {
                 Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
             ),
             |ctx: CallCtx, a: TaskArgs| async move { tasks(&ctx).cancel(&ctx.principal, &a.task_id).await },
+        ),
+        Capability::new(
+            meta(
+                "merge_agent_task",
+                Scope::Write,
+                Role::Operator,
+                "Merges a finished worktree task's branch into the branch the workdir's checkout is on (ff_only by default, or merge, or squash), only if that needs no conflict resolution and touches no uncommitted change of the checkout; otherwise it changes nothing and says why. Repeating the call is safe.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: false },
+            ),
+            |ctx: CallCtx, a: MergeArgs| async move {
+                let strategy = match a.strategy {
+                    StrategyArg::FfOnly => Strategy::FfOnly,
+                    StrategyArg::Merge => Strategy::Merge,
+                    StrategyArg::Squash => Strategy::Squash,
+                };
+                tasks(&ctx).merge(&ctx.principal, &a.task_id, strategy).await
+            },
+        ),
+        Capability::new(
+            meta(
+                "discard_agent_task",
+                Scope::Write,
+                Role::Operator,
+                "Deletes a finished worktree task's branch (its work is gone). Repeating the call is safe.",
+                Annotations { read_only: false, destructive: true, idempotent: true, open_world: false },
+            ),
+            |ctx: CallCtx, a: TaskArgs| async move { tasks(&ctx).discard(&ctx.principal, &a.task_id).await },
         ),
     ]
 }

@@ -170,6 +170,7 @@ fn the_store_writes_the_same_text_as_before() {
         correlation_id: None,
         idempotency_key: None,
         request_fingerprint: None,
+        isolation: None,
     };
     store.insert_plan(&plan, &[NewStep { title: "s".into(), prompt: "p".into() }]).unwrap();
     store.start_step("pln_1", 1, 2).unwrap();
@@ -260,6 +261,7 @@ fn unknown_interaction_and_step_values_are_errors_too() {
         correlation_id: None,
         idempotency_key: None,
         request_fingerprint: None,
+        isolation: None,
     };
     store.insert_plan(&plan, &[NewStep { title: "s".into(), prompt: "p".into() }]).unwrap();
     raw(&store, "UPDATE plan_steps SET status = 'skipped'");

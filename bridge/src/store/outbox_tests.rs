@@ -200,6 +200,7 @@ fn a_plan_awaiting_approval_is_reported_and_one_approved_at_creation_is_not() {
         correlation_id: None,
         idempotency_key: None,
         request_fingerprint: None,
+        isolation: None,
     };
     let steps: Vec<NewStep> =
         (1..=3).map(|i| NewStep { title: format!("step {i}"), prompt: format!("secret prompt {i}") }).collect();

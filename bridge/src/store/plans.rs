@@ -58,6 +58,8 @@ pub struct PlanRow {
     pub idempotency_key: Option<String>,
     /// SHA-256 of the canonical plan (with a key only).
     pub request_fingerprint: Option<String>,
+    /// `in_place` or `worktree` as the caller asked (`None`: the workdir's setting).
+    pub isolation: Option<String>,
 }
 
 /// A stored step.
@@ -110,6 +112,8 @@ pub struct NewPlan {
     pub idempotency_key: Option<String>,
     /// Fingerprint (with the key).
     pub request_fingerprint: Option<String>,
+    /// `in_place` or `worktree` as the caller asked (`None`: the workdir's setting).
+    pub isolation: Option<String>,
 }
 
 /// A step to create.
@@ -159,7 +163,7 @@ pub struct PlanFilter {
 const COLUMNS: &str = "plan_id, principal, created_by, created_surface, title, runtime, workdir_alias, \
     relative_cwd, profile, status, created_at, updated_at, approved_at, approved_by, rejected_at, rejected_by, \
     rejection_reason, completed_at, wait_code, error_code, error_message, correlation_id, idempotency_key, \
-    request_fingerprint";
+    request_fingerprint, isolation";
 
 const STEP_COLUMNS: &str = "position, title, prompt, status, task_id, started_at, completed_at";
 
@@ -191,6 +195,7 @@ fn plan_from_row(row: &Row<'_>) -> rusqlite::Result<PlanRow> {
         correlation_id: row.get(21)?,
         idempotency_key: row.get(22)?,
         request_fingerprint: row.get(23)?,
+        isolation: row.get(24)?,
     })
 }
 
@@ -255,8 +260,8 @@ impl Store {
             tx.execute(
                 "INSERT INTO plans (plan_id, principal, created_by, created_surface, title, runtime, workdir_alias, \
                  relative_cwd, profile, status, created_at, updated_at, approved_at, approved_by, correlation_id, \
-                 idempotency_key, request_fingerprint) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 idempotency_key, request_fingerprint, isolation) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
                 params![
                     new.plan_id,
                     new.principal,
@@ -274,6 +279,7 @@ impl Store {
                     new.correlation_id,
                     new.idempotency_key,
                     new.request_fingerprint,
+                    new.isolation,
                 ],
             )
             .map_err(|e| if is_unique_violation(&e) { StoreError::IdempotencyConflict } else { e.into() })?;

@@ -32,6 +32,7 @@ fn plan(id: &str, approved_by: Option<&str>, key: Option<&str>) -> NewPlan {
         correlation_id: None,
         idempotency_key: key.map(str::to_owned),
         request_fingerprint: key.map(|_| "fp".into()),
+        isolation: None,
     }
 }
 

@@ -302,11 +302,17 @@ CREATE TABLE worktrees (
     base_dirty     INTEGER,
     state          TEXT NOT NULL,
     reason         TEXT,
+    ahead          INTEGER,
+    files_changed  INTEGER,
+    lines_added    INTEGER,
+    lines_removed  INTEGER,
+    merged_commit  TEXT,
     created_at     INTEGER NOT NULL,
     updated_at     INTEGER NOT NULL
 );
 CREATE INDEX worktrees_by_branch ON worktrees(workdir_alias, branch);
 CREATE INDEX worktrees_by_state ON worktrees(state);
+ALTER TABLE plans ADD COLUMN isolation TEXT;
 "#;
 
 /// Every migration, in order; `user_version` is the number applied.

@@ -47,14 +47,32 @@ pub struct WorktreeRow {
     pub state: WorktreeState,
     /// Why, for `kept` and `failed`.
     pub reason: Option<String>,
+    /// What the branch holds beyond its base when this task ended.
+    pub size: Option<BranchSize>,
+    /// The commit the user's branch got when the branch was merged.
+    pub merged_commit: Option<String>,
     /// Unix ms.
     pub created_at: i64,
     /// Unix ms.
     pub updated_at: i64,
 }
 
+/// What a branch holds beyond its base: commits, and the diff's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BranchSize {
+    /// Commits on the branch that its base does not have.
+    pub ahead: u64,
+    /// Files that differ from the base.
+    pub files_changed: u64,
+    /// Lines added.
+    pub lines_added: u64,
+    /// Lines removed.
+    pub lines_removed: u64,
+}
+
 const COLUMNS: &str = "task_id, workdir_alias, branch, origin_task_id, base_ref, base_commit, start_commit, \
-    head_commit, base_dirty, state, reason, created_at, updated_at";
+    head_commit, base_dirty, state, reason, created_at, updated_at, ahead, files_changed, lines_added, lines_removed, \
+    merged_commit";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
     let state: String = r.get(9)?;
@@ -74,6 +92,16 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
         reason: r.get(10)?,
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
+        size: match r.get::<_, Option<i64>>(13)? {
+            Some(ahead) => Some(BranchSize {
+                ahead: ahead.max(0) as u64,
+                files_changed: r.get::<_, Option<i64>>(14)?.unwrap_or(0).max(0) as u64,
+                lines_added: r.get::<_, Option<i64>>(15)?.unwrap_or(0).max(0) as u64,
+                lines_removed: r.get::<_, Option<i64>>(16)?.unwrap_or(0).max(0) as u64,
+            }),
+            None => None,
+        },
+        merged_commit: r.get(17)?,
     })
 }
 
@@ -152,8 +180,9 @@ impl Store {
         })
     }
 
-    /// Moves a worktree row to `state` (with its head and reason when given) if it is in one of
-    /// `from`; returns whether it did.
+    /// Moves a worktree row to `state` (with its head, reason and size when given) if it is in
+    /// one of `from`; returns whether it did.
+    #[expect(clippy::too_many_arguments, reason = "one row's columns, each named at the call")]
     pub fn set_worktree_state(
         &self,
         task_id: &str,
@@ -161,6 +190,7 @@ impl Store {
         state: WorktreeState,
         head_commit: Option<&str>,
         reason: Option<&str>,
+        size: Option<BranchSize>,
         now: i64,
     ) -> Result<bool, StoreError> {
         self.write(|tx| {
@@ -171,12 +201,60 @@ impl Store {
             if !from.contains(&current) {
                 return Ok(false);
             }
+            let size = size.map(|z| [z.ahead, z.files_changed, z.lines_added, z.lines_removed].map(|n| n as i64));
             tx.execute(
-                "UPDATE worktrees SET state = ?2, head_commit = COALESCE(?3, head_commit), reason = ?4, updated_at = ?5 \
+                "UPDATE worktrees SET state = ?2, head_commit = COALESCE(?3, head_commit), reason = ?4, updated_at = ?5, \
+                 ahead = COALESCE(?6, ahead), files_changed = COALESCE(?7, files_changed), \
+                 lines_added = COALESCE(?8, lines_added), lines_removed = COALESCE(?9, lines_removed) \
                  WHERE task_id = ?1",
-                params![task_id, state.as_str(), head_commit, reason, now],
+                params![
+                    task_id,
+                    state.as_str(),
+                    head_commit,
+                    reason,
+                    now,
+                    size.map(|z| z[0]),
+                    size.map(|z| z[1]),
+                    size.map(|z| z[2]),
+                    size.map(|z| z[3])
+                ],
             )?;
             Ok(true)
+        })
+    }
+
+    /// Records that a branch was merged (`merged_commit` is what the user's branch got) or
+    /// discarded: every row of the branch that still held its work moves to `state`. Returns
+    /// how many rows moved.
+    pub fn hand_back(
+        &self,
+        workdir_alias: &str,
+        branch: &str,
+        state: WorktreeState,
+        merged_commit: Option<&str>,
+        now: i64,
+    ) -> Result<usize, StoreError> {
+        self.write(|tx| {
+            let moved = tx.execute(
+                "UPDATE worktrees SET state = ?3, merged_commit = ?4, updated_at = ?5 \
+                 WHERE workdir_alias = ?1 AND branch = ?2 AND state IN ('open','empty','kept')",
+                params![workdir_alias, branch, state.as_str(), merged_commit, now],
+            )?;
+            Ok(moved)
+        })
+    }
+
+    /// The agent branches neither merged nor discarded: the newest row of each branch whose
+    /// work is `open` or `kept`, oldest branch first.
+    pub fn agent_branches(&self) -> Result<Vec<WorktreeRow>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM worktrees w WHERE state IN ('open','kept') AND NOT EXISTS \
+                 (SELECT 1 FROM worktrees n WHERE n.workdir_alias = w.workdir_alias AND n.branch = w.branch \
+                  AND n.rowid > w.rowid) ORDER BY created_at, rowid"
+            ))?;
+            let rows = stmt.query_map([], from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
     }
 }

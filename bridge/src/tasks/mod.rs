@@ -25,6 +25,7 @@ pub mod accounting;
 pub mod changes;
 pub mod diffs;
 mod ending;
+mod handback;
 mod interact;
 pub use interact::Answer;
 mod job;
@@ -87,6 +88,8 @@ struct Inner {
     active: Mutex<HashMap<String, Active>>,
     submit_lock: tokio::sync::Mutex<()>,
     cancel_lock: tokio::sync::Mutex<()>,
+    /// One merge or discard at a time (each answers what the one before it did).
+    hand_back_lock: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     /// Tasks whose guard a watcher waits to clear (one watcher per guard).
@@ -126,6 +129,7 @@ impl TaskService {
                 active: Mutex::new(HashMap::new()),
                 submit_lock: tokio::sync::Mutex::new(()),
                 cancel_lock: tokio::sync::Mutex::new(()),
+                hand_back_lock: tokio::sync::Mutex::new(()),
                 tracker: TaskTracker::new(),
                 shutdown,
                 closing: std::sync::atomic::AtomicBool::new(false),

@@ -228,6 +228,13 @@ pub fn isolation_view(w: &WorktreeRow) -> Value {
         "base_dirty": w.base_dirty,
         "state": w.state.as_str(),
         "reason": w.reason,
+        "size": w.size.map(|z| json!({
+            "commits": z.ahead,
+            "files_changed": z.files_changed,
+            "lines_added": z.lines_added,
+            "lines_removed": z.lines_removed,
+        })),
+        "merged_commit": w.merged_commit,
     })
 }
 

@@ -203,6 +203,13 @@ fn cases() -> Vec<(&'static str, TaskParts)> {
         base_dirty: Some(true),
         state: crate::model::WorktreeState::Kept,
         reason: Some("its work could not be put on its branch".into()),
+        size: Some(crate::store::worktrees::BranchSize {
+            ahead: 2,
+            files_changed: 3,
+            lines_added: 10,
+            lines_removed: 1,
+        }),
+        merged_commit: None,
         created_at: 1,
         updated_at: 2,
     });

@@ -158,6 +158,29 @@ pub(super) async fn check_repository(workdir: &Workdir) -> Result<(), ToolError>
     }
 }
 
+impl super::TaskService {
+    /// Checks a plan's isolation against its workdir and profile before it is filed: a review
+    /// plan reads in place, and a worktree plan needs a git work tree.
+    pub async fn check_isolation(
+        &self,
+        workdir: &Workdir,
+        profile: Profile,
+        isolation: Option<Isolation>,
+    ) -> Result<(), ToolError> {
+        let worktree = isolation.unwrap_or(workdir.isolation) == Isolation::Worktree;
+        if profile == Profile::Review {
+            if isolation == Some(Isolation::Worktree) {
+                return Err(ToolError::invalid(
+                    "isolation",
+                    "a review plan reads the workdir in place: worktree needs the workspace-write profile",
+                ));
+            }
+            return Ok(());
+        }
+        if worktree { check_repository(workdir).await } else { Ok(()) }
+    }
+}
+
 /// Makes the task's worktree and records it; the error is the task's failure message.
 pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJob) -> Result<(), String> {
     let p = &wt.placement;
@@ -176,6 +199,7 @@ pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJ
                         WorktreeState::Failed,
                         None,
                         Some(&reason),
+                        None,
                         now,
                     )
                 })
@@ -223,7 +247,15 @@ pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, 
         let _ = inner
             .store
             .call(move |s| {
-                s.set_worktree_state(&id, &[WorktreeState::Preparing], WorktreeState::Failed, None, Some(reason), now)
+                s.set_worktree_state(
+                    &id,
+                    &[WorktreeState::Preparing],
+                    WorktreeState::Failed,
+                    None,
+                    Some(reason),
+                    None,
+                    now,
+                )
             })
             .await;
         return;
@@ -239,10 +271,10 @@ pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, 
             Err(e) => Err(format!("its work could not be put on its branch: {}; the worktree is kept", e.message)),
         }
     };
-    let (state, head, reason) = match &outcome {
-        Ok(done) if done.deleted => (WorktreeState::Empty, Some(done.head.clone()), None),
-        Ok(done) => (WorktreeState::Open, Some(done.head.clone()), None),
-        Err(why) => (WorktreeState::Kept, None, Some(why.clone())),
+    let (state, head, reason, size) = match &outcome {
+        Ok(done) if done.deleted => (WorktreeState::Empty, Some(done.head.clone()), None, Some(done.size)),
+        Ok(done) => (WorktreeState::Open, Some(done.head.clone()), None, Some(done.size)),
+        Err(why) => (WorktreeState::Kept, None, Some(why.clone()), None),
     };
     if outcome.is_ok()
         && let Err(e) = worktrees.remove(task_id, &wt.checkout).await
@@ -257,7 +289,7 @@ pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, 
     let stored = inner
         .store
         .call(move |s| {
-            s.set_worktree_state(&id, &[WorktreeState::Active], state, head.as_deref(), reason.as_deref(), now)?;
+            s.set_worktree_state(&id, &[WorktreeState::Active], state, head.as_deref(), reason.as_deref(), size, now)?;
             s.append_event(&id, &event, None, now).map(|_| ())
         })
         .await;

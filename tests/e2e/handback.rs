@@ -1,0 +1,118 @@
+//! Handing back worktree tasks' branches against a real bridge and real git: a fast-forward
+//! merge into the user's branch, a merge commit, refusals that change nothing (a branch that
+//! cannot be fast-forwarded, a conflict, the user's uncommitted edit in the way), discards, and
+//! every call repeated.
+
+use serde_json::{Value, json};
+
+use crate::changes::{contents, git};
+use crate::worktrees::repository;
+use e2e::{TestBridge, code};
+
+/// Runs a worktree task to its end and returns its id and view.
+async fn finished(b: &TestBridge, prompt: &str) -> (String, Value) {
+    let id = b.submit_ok(json!({ "prompt": prompt, "isolation": "worktree" })).await;
+    let t = b.wait_terminal(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    assert_eq!(t["isolation"]["state"], "open", "{t:#}");
+    (id, t)
+}
+
+/// The checkout's files (its `.git` aside) and the user's branch.
+fn snapshot(b: &TestBridge) -> (Vec<(std::path::PathBuf, Vec<u8>)>, String) {
+    let files = contents(&b.repo).into_iter().filter(|(p, _)| !p.starts_with(".git")).collect();
+    (files, git(&b.repo, &["rev-parse", "main"]))
+}
+
+fn branch_exists(b: &TestBridge, t: &Value) -> bool {
+    let branch = t["isolation"]["branch"].as_str().expect("branch");
+    !git(&b.repo, &["branch", "--list", branch]).trim().is_empty()
+}
+
+#[tokio::test]
+async fn branches_are_merged_or_discarded_and_a_refusal_changes_nothing() {
+    let b = TestBridge::start().await;
+    repository(&b);
+    let readme_edit = std::fs::read(b.repo.join("README.md")).expect("readme");
+    let (a, ta) = finished(&b, "exec:echo from-a > a.txt").await;
+    let (c, tc) = finished(&b, "exec:echo from-c > a.txt").await;
+    let (d, td) = finished(&b, "exec:echo from-d > d.txt").await;
+    let (e, te) = finished(&b, "exec:echo agent >> README.md").await;
+    assert_eq!(ta["isolation"]["size"]["commits"], 1, "{ta:#}");
+    assert_eq!(ta["isolation"]["size"]["files_changed"], 1, "{ta:#}");
+
+    // A fast-forward: the user's branch gets the task's commit, the checkout gets its file,
+    // the user's own uncommitted edit and untracked file stay; the branch goes.
+    let m = b.call("merge_agent_task", json!({ "task_id": a })).await.expect("merge");
+    assert_eq!(m["already_merged"], false, "{m:#}");
+    assert_eq!(m["into"], "main");
+    assert_eq!(m["merged_commit"], ta["isolation"]["head_commit"], "fast-forward to the task's own commit");
+    assert_eq!(git(&b.repo, &["rev-parse", "main"]).trim(), m["merged_commit"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(b.repo.join("a.txt")).expect("a.txt"), "from-a\n");
+    assert_eq!(std::fs::read(b.repo.join("README.md")).expect("readme"), readme_edit, "the user's edit");
+    assert!(b.repo.join("notes.txt").exists(), "the user's untracked file");
+    assert!(!branch_exists(&b, &ta), "a merged branch is deleted");
+    // Repeated: the same answer, nothing moves.
+    let again = b.call("merge_agent_task", json!({ "task_id": a })).await.expect("merge again");
+    assert_eq!(
+        (again["already_merged"].clone(), again["merged_commit"].clone()),
+        (json!(true), m["merged_commit"].clone())
+    );
+    assert_eq!(b.get(&a).await["isolation"]["state"], "merged");
+
+    // The user's branch moved: ff_only is refused, a conflicting merge is refused, and
+    // neither changes the checkout or any branch.
+    let before = snapshot(&b);
+    let r = b.call("merge_agent_task", json!({ "task_id": c })).await;
+    assert_eq!(code(&r), "BRANCH_MOVED", "{r:?}");
+    let r = b.call("merge_agent_task", json!({ "task_id": c, "strategy": "merge" })).await;
+    assert_eq!(code(&r), "MERGE_CONFLICT", "{r:?}");
+    assert!(format!("{r:?}").contains("a.txt"), "the conflict names the file: {r:?}");
+    assert_eq!(snapshot(&b), before, "a refused merge changed the checkout");
+    assert!(branch_exists(&b, &tc));
+    assert!(git(&b.repo, &["status", "--porcelain"]).lines().all(|l| !l.starts_with("UU")), "no conflict left");
+
+    // A merge commit for a branch that touches other files.
+    let m = b.call("merge_agent_task", json!({ "task_id": d, "strategy": "merge" })).await.expect("merge d");
+    let parents = git(&b.repo, &["rev-list", "--parents", "-n", "1", "main"]);
+    assert_eq!(parents.split_whitespace().count(), 3, "a merge commit has two parents: {parents}");
+    assert_eq!(git(&b.repo, &["rev-parse", "main"]).trim(), m["merged_commit"].as_str().unwrap());
+    assert!(b.repo.join("d.txt").exists() && b.repo.join("a.txt").exists());
+    assert!(!branch_exists(&b, &td));
+
+    // The task's branch writes README.md, which the user has edited: refused, nothing changes.
+    let before = snapshot(&b);
+    let r = b.call("merge_agent_task", json!({ "task_id": e, "strategy": "squash" })).await;
+    assert_eq!(code(&r), "WORKDIR_DIRTY", "{r:?}");
+    assert!(format!("{r:?}").contains("README.md"), "{r:?}");
+    assert_eq!(snapshot(&b), before);
+    assert!(branch_exists(&b, &te));
+
+    // Discard: the branch goes, a repeat says so, and a discarded branch cannot be merged.
+    let x = b.call("discard_agent_task", json!({ "task_id": c })).await.expect("discard");
+    assert_eq!(x["already_discarded"], false);
+    assert!(!branch_exists(&b, &tc));
+    let x = b.call("discard_agent_task", json!({ "task_id": c })).await.expect("discard again");
+    assert_eq!(x["already_discarded"], true);
+    let r = b.call("merge_agent_task", json!({ "task_id": c })).await;
+    assert_eq!(code(&r), "AGENT_BRANCH_NOT_OPEN", "{r:?}");
+    // The CLI discards too.
+    let out = b.cli(&["tasks", "discard", &e]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("discarded"));
+    assert!(!branch_exists(&b, &te));
+    assert_eq!(b.get(&e).await["isolation"]["state"], "discarded");
+
+    // An in-place task has no branch; a viewer may not merge; every call is audited.
+    let in_place = b.submit_ok(json!({ "prompt": "complete:nothing" })).await;
+    b.wait_terminal(&in_place).await;
+    let r = b.call("merge_agent_task", json!({ "task_id": in_place })).await;
+    assert_eq!(code(&r), "AGENT_BRANCH_NOT_OPEN", "{r:?}");
+    let viewer = b.create_key("looker", "viewer").await;
+    let r = b.call_mcp(Some(&viewer), "discard_agent_task", json!({ "task_id": d })).await;
+    assert_eq!(code(&r), "UNKNOWN_TOOL", "{r:?}");
+    let audit = b.call("admin_read_audit_log", json!({ "limit": 200 })).await.expect("audit");
+    let text = audit.to_string();
+    assert!(text.contains("merge_agent_task") && text.contains("discard_agent_task"), "{audit:#}");
+    git(&b.repo, &["fsck", "--no-dangling"]);
+}
