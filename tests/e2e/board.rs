@@ -11,7 +11,7 @@ use e2e::TestBridge;
 use e2e::browser::{Browser, browser_or_skip, http, screenshot_dir};
 
 /// A board token and the board's address (`127.0.0.1:port`), from the CLI.
-fn token(b: &TestBridge) -> (String, String) {
+pub(crate) fn token(b: &TestBridge) -> (String, String) {
     let out = b.cli(&["board", "token", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -20,13 +20,13 @@ fn token(b: &TestBridge) -> (String, String) {
     (v["token"].as_str().expect("token").to_owned(), addr)
 }
 
-fn csrf_of(page: &str) -> String {
+pub(crate) fn csrf_of(page: &str) -> String {
     let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + "name=\"csrf\" value=\"".len();
     page[at..].split('"').next().unwrap_or_default().to_owned()
 }
 
 /// Logs in over HTTP; returns the `Cookie` header value.
-fn login(addr: &str, token: &str) -> String {
+pub(crate) fn login(addr: &str, token: &str) -> String {
     let origin = format!("http://{addr}");
     let r = http(
         addr,

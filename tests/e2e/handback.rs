@@ -116,3 +116,58 @@ async fn branches_are_merged_or_discarded_and_a_refusal_changes_nothing() {
     assert!(text.contains("merge_agent_task") && text.contains("discard_agent_task"), "{audit:#}");
     git(&b.repo, &["fsck", "--no-dangling"]);
 }
+
+/// The human's side: `doctor` lists the branches neither merged nor discarded with their
+/// size, the board's workdirs page lists them, and a task's page merges or discards its
+/// branch with a form (audited on surface `board`); afterwards nothing is listed.
+#[tokio::test]
+async fn doctor_and_the_board_list_open_branches_and_the_board_hands_them_back() {
+    use crate::board::{csrf_of, login, token};
+    use e2e::browser::http;
+    let b = TestBridge::start().await;
+    repository(&b);
+    let (one, t1) = finished(&b, "exec:printf 'a\\nb\\n' > one.txt").await;
+    let (two, t2) = finished(&b, "exec:echo two > two.txt").await;
+    let (exit, report) = crate::doctor::doctor_json(&b);
+    assert_eq!(exit, Some(0), "{report:#}");
+    let listed = report["agent_branches"].as_array().expect("agent_branches");
+    assert_eq!(listed.len(), 2, "{report:#}");
+    assert_eq!(listed[0]["branch"], t1["isolation"]["branch"]);
+    assert_eq!((listed[0]["commits"].as_u64(), listed[0]["lines_added"].as_u64()), (Some(1), Some(2)));
+    let text = String::from_utf8_lossy(&b.cli_env(&["doctor"]).stdout).into_owned();
+    assert!(text.contains(&format!("agent-bridge tasks merge {one}")), "{text}");
+
+    let (token, addr) = token(&b);
+    let cookie = login(&addr, &token);
+    let origin = format!("http://{addr}");
+    let get = |path: &str| http(&addr, "GET", path, &[("Cookie", cookie.as_str())], "");
+    let page = get("/workdirs");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Agent branches (2)"), "{}", page.body);
+    assert!(page.body.contains(t2["isolation"]["branch"].as_str().unwrap()));
+    let task_page = get(&format!("/tasks/{one}"));
+    assert!(task_page.body.contains(&format!("action=\"/tasks/{one}/merge\"")), "{}", task_page.body);
+    let csrf = csrf_of(&task_page.body);
+    let form = [
+        ("Cookie", cookie.as_str()),
+        ("Origin", origin.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
+    let r = http(&addr, "POST", &format!("/tasks/{one}/merge"), &form, &format!("csrf={csrf}&strategy=ff_only"));
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(b.get(&one).await["isolation"]["state"], "merged");
+    assert!(b.repo.join("one.txt").exists());
+    // The other branch cannot be fast-forwarded any more: the refusal page says why; then it
+    // is discarded.
+    let r = http(&addr, "POST", &format!("/tasks/{two}/merge"), &form, &format!("csrf={csrf}&strategy=ff_only"));
+    assert_eq!(r.status, 409, "the checkout's branch moved: {}", r.body);
+    assert!(r.body.contains("BRANCH_MOVED"), "{}", r.body);
+    let r = http(&addr, "POST", &format!("/tasks/{two}/discard"), &form, &format!("csrf={csrf}&confirm=true"));
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(b.get(&two).await["isolation"]["state"], "discarded");
+    let log = b.call("admin_read_audit_log", json!({ "capability": "merge_agent_task" })).await.unwrap();
+    assert!(log["rows"].as_array().unwrap().iter().any(|r| r["surface"] == "board"), "{log:#}");
+    assert!(get("/workdirs").body.contains("Agent branches (0)"));
+    let (_, report) = crate::doctor::doctor_json(&b);
+    assert_eq!(report["agent_branches"], json!([]), "{report:#}");
+}

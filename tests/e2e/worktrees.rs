@@ -196,3 +196,48 @@ async fn worktree_submissions_are_checked_before_anything_is_made() {
     assert_eq!(code(&r), "AGENT_IDEMPOTENCY_CONFLICT", "the isolation is part of the fingerprint: {r:?}");
     assert_eq!(t["manifest"]["isolation"]["mode"], "worktree", "{t:#}");
 }
+
+/// The bridge is killed (SIGKILL) while a worktree task has committed part of its work and
+/// left more uncommitted: after the restart the task is interrupted, its stop is proven, and
+/// its branch holds both — the agent's commit and, committed by the bridge, what it left —
+/// with the worktree gone and git knowing only the checkout; the branch then merges.
+#[tokio::test]
+async fn a_bridge_killed_during_a_worktree_task_leaves_its_branch_and_work_recoverable() {
+    let barrier = tempfile::tempdir().expect("barrier");
+    let shared = barrier.path().canonicalize().expect("canonical");
+    let mut b =
+        TestBridge::start_with(Options::default().with(&format!("SERVERFS_AGENT_SANDBOX_WRITE={}", shared.display())))
+            .await;
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    repository(&b);
+    let prompt = format!(
+        "exec:echo one > one.txt && git add one.txt && git -c user.name=agent -c user.email=a@x commit -qm 'part one' \
+         && echo two > two.txt && touch {dir}/ready && sleep 120",
+        dir = shared.display()
+    );
+    let id = b.submit_ok(json!({ "prompt": prompt, "isolation": "worktree" })).await;
+    e2e::poll_until("the task's first part", std::time::Duration::from_secs(30), || shared.join("ready").exists())
+        .await;
+    b.crash().await;
+    b.spawn().await;
+    let t = b.wait_for(&id, |t| t["isolation"]["state"] != "active").await;
+    assert_eq!(t["status"], "interrupted", "{t:#}");
+    assert_eq!(isolation(&t)["state"], "open", "{t:#}");
+    let branch = isolation(&t)["branch"].as_str().expect("branch").to_owned();
+    let log = git(&b.repo, &["log", "--format=%an|%s", &format!("main..{branch}")]);
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].starts_with("agent-bridge|agent-bridge: task ") && lines[0].ends_with("(recovered)"), "{log}");
+    assert_eq!(lines[1], "agent|part one");
+    let files = git(&b.repo, &["diff", "--name-only", &format!("main...{branch}")]);
+    assert_eq!(files.lines().collect::<Vec<_>>(), ["one.txt", "two.txt"]);
+    let worktrees = git(&b.repo, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 1, "{worktrees}");
+    let events = b.call("read_agent_task_events", json!({ "task_id": id })).await.expect("events");
+    assert!(events.to_string().contains("worktree.recovered"), "{events:#}");
+    let m = b.call("merge_agent_task", json!({ "task_id": id })).await.expect("merge");
+    assert_eq!(m["merged_commit"], isolation(&t)["head_commit"]);
+    git(&b.repo, &["fsck", "--no-dangling"]);
+}

@@ -44,6 +44,29 @@ pub async fn cancel_task(
     act(&board, &headers, &f, "Cancelling the task", "cancel_agent_task", json!({ "task_id": id }), back).await
 }
 
+/// `POST /tasks/{id}/merge`: `strategy` is `ff_only`, `merge` or `squash`.
+pub async fn merge_task(
+    State(board): State<Board>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(f): Form<Fields>,
+) -> Response {
+    let args = json!({ "task_id": id, "strategy": forms::field(&f, "strategy").unwrap_or("ff_only") });
+    let back = format!("/tasks/{}#branch", urlencode(&id));
+    act(&board, &headers, &f, "Merging the branch", "merge_agent_task", args, back).await
+}
+
+/// `POST /tasks/{id}/discard`.
+pub async fn discard_task(
+    State(board): State<Board>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(f): Form<Fields>,
+) -> Response {
+    let back = format!("/tasks/{}#branch", urlencode(&id));
+    act(&board, &headers, &f, "Discarding the branch", "discard_agent_task", json!({ "task_id": id }), back).await
+}
+
 /// `POST /tasks/{id}/approval`.
 pub async fn approval(
     State(board): State<Board>,

@@ -75,7 +75,47 @@ pub async fn workdirs(State(board): State<Board>, headers: HeaderMap) -> Respons
         body.push_str("</td></tr>");
     }
     body.push_str("</tbody></table>");
+    body.push_str(&branches_table(&v["agent_branches"]));
     html_response(StatusCode::OK, html::page(&frame, &body))
+}
+
+/// The agent branches neither merged nor discarded: retention never deletes them, so they
+/// are listed until a human hands each back (on its task's page).
+fn branches_table(branches: &Value) -> String {
+    let rows = branches.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let mut out = String::new();
+    html!(out, "<h2 id=\"branches\">Agent branches ({})</h2>", rows.len());
+    if rows.is_empty() {
+        out.push_str("<p class=\"empty\">No branch waits to be merged or discarded.</p>");
+        return out;
+    }
+    out.push_str(
+        "<table><thead><tr><th>Workdir</th><th>Branch</th><th>Task</th><th>State</th><th>Holds</th>\
+         <th>Since</th></tr></thead><tbody>",
+    );
+    for b in rows {
+        let task = text(&b["task_id"]);
+        html!(
+            out,
+            "<tr><td>{}</td><td><code>{}</code></td><td><a class=\"mono\" href=\"/tasks/{}#branch\">{}</a></td><td>{}</td><td>",
+            text(&b["workdir"]),
+            text(&b["branch"]),
+            task,
+            task,
+            text(&b["state"])
+        );
+        out.push_str(&super::review::branch_size(
+            &b["commits"],
+            &b["files_changed"],
+            &b["lines_added"],
+            &b["lines_removed"],
+        ));
+        out.push_str("</td><td>");
+        out.push_str(&when(&b["updated_at"]));
+        out.push_str("</td></tr>");
+    }
+    out.push_str("</tbody></table>");
+    out
 }
 
 /// `GET /runtimes`.

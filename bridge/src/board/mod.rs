@@ -179,6 +179,8 @@ pub fn router(board: Board) -> Router {
         .route("/logout", post(login::logout))
         .route("/live", get(live))
         .route("/tasks/{id}/cancel", post(actions::cancel_task))
+        .route("/tasks/{id}/merge", post(actions::merge_task))
+        .route("/tasks/{id}/discard", post(actions::discard_task))
         .route("/tasks/{id}/approval", post(actions::approval))
         .route("/tasks/{id}/answer", post(actions::answer))
         .route("/plans/{id}/approve", post(actions::approve_plan))

@@ -326,6 +326,7 @@ pub async fn task(
         }
     }
     body.push_str(&review::usage_card(&t));
+    body.push_str(&review::branch_card(&id, &t, csrf));
     let diff_offset = query(&q, "diff_offset").and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
     body.push_str(&review::changes_section(&board, &id, &t, query(&q, "file"), diff_offset).await);
     body.push_str("<h2>Timeline</h2>");

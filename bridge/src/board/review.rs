@@ -217,6 +217,77 @@ pub async fn changes_section(board: &Board, id: &str, t: &Value, file: Option<&s
     out
 }
 
+/// A branch's size as people read it (`2 commits · 3 files +10 −1`).
+pub fn branch_size(commits: &Value, files: &Value, added: &Value, removed: &Value) -> String {
+    let mut out = String::new();
+    match commits.as_u64() {
+        Some(c) => html!(
+            out,
+            "{} commit(s) · {} file(s) <span class=\"add\">+{}</span> <span class=\"del\">−{}</span>",
+            c,
+            files.as_u64().unwrap_or(0),
+            added.as_u64().unwrap_or(0),
+            removed.as_u64().unwrap_or(0)
+        ),
+        None => out.push('—'),
+    }
+    out
+}
+
+/// A worktree task's branch: where it started and ended, what it holds, and — while it is
+/// open — the forms that merge it into the checkout's branch or discard it (a kept worktree
+/// can only be discarded). Empty for a task that worked in place.
+pub fn branch_card(id: &str, t: &Value, csrf: &str) -> String {
+    let iso = &t["isolation"];
+    if iso["mode"] != "worktree" {
+        return String::new();
+    }
+    let mut out = String::from("<div class=\"card\" id=\"branch\"><h2>Branch</h2><dl class=\"kv\">");
+    html!(out, "<dt>Branch</dt><dd><code>{}</code> ({})</dd>", text(&iso["branch"]), text(&iso["state"]));
+    html!(
+        out,
+        "<dt>From</dt><dd><code>{}</code> at <code>{}</code></dd>",
+        text(&iso["base_ref"]),
+        text(&iso["base_commit"])
+    );
+    html!(out, "<dt>Head</dt><dd><code>{}</code></dd>", text(&iso["head_commit"]));
+    let z = &iso["size"];
+    out.push_str("<dt>Holds</dt><dd>");
+    out.push_str(&branch_size(&z["commits"], &z["files_changed"], &z["lines_added"], &z["lines_removed"]));
+    out.push_str("</dd>");
+    if iso["base_dirty"] == true {
+        out.push_str("<dt>Note</dt><dd>The checkout had uncommitted changes the task did not see.</dd>");
+    }
+    if let Some(reason) = iso["reason"].as_str() {
+        html!(out, "<dt>Why</dt><dd>{}</dd>", reason);
+    }
+    if let Some(merged) = iso["merged_commit"].as_str() {
+        html!(out, "<dt>Merged as</dt><dd><code>{}</code></dd>", merged);
+    }
+    out.push_str("</dl>");
+    let id = urlencode(id);
+    if iso["state"] == "open" {
+        html!(out, "<form class=\"inline\" method=\"post\" action=\"/tasks/{}/merge\">", id);
+        out.push_str(&super::html::csrf_field(csrf));
+        out.push_str(
+            "<label><input type=\"radio\" name=\"strategy\" value=\"ff_only\" checked> fast-forward</label> \
+             <label><input type=\"radio\" name=\"strategy\" value=\"merge\"> merge commit</label> \
+             <label><input type=\"radio\" name=\"strategy\" value=\"squash\"> squash</label> \
+             <button class=\"primary\">Merge into the checkout's branch</button></form>",
+        );
+    }
+    if matches!(iso["state"].as_str(), Some("open" | "kept")) {
+        html!(out, "<form class=\"inline\" method=\"post\" action=\"/tasks/{}/discard\">", id);
+        out.push_str(&super::html::csrf_field(csrf));
+        out.push_str(
+            "<label><input type=\"checkbox\" name=\"confirm\" value=\"true\" required> its work is lost</label> \
+             <button class=\"danger\">Discard the branch</button></form>",
+        );
+    }
+    out.push_str("</div>");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -135,6 +135,10 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
         ),
     }
     let status = if live { runtime.block_on(status_from_bridge(&client)) } else { status_from_files(&config) };
+    let branches = match &status {
+        Ok(v) => v["agent_branches"].clone(),
+        Err(_) => Value::Null,
+    };
     let (workdirs, sandboxes) = match status {
         Ok(v) => {
             let sandboxes = match live {
@@ -157,6 +161,7 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
             Value::Null
         }
     };
+    branch_checks(&mut checks, &workdirs, &branches);
     for w in workdirs.as_array().into_iter().flatten() {
         if w["state"] == "recovery_required" {
             let why = w["guard"]["proof"]["missing"].as_str().unwrap_or("the provider's stop is not proven").to_owned();
@@ -180,6 +185,7 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
             "containment": containment,
             "view": view_of(&config),
             "sandboxes": sandboxes,
+            "agent_branches": branches,
         });
         output::json(&report);
     } else {
@@ -359,6 +365,53 @@ fn notify_check(
     }
 }
 
+/// The worktree branches: a branch whose task is gone but whose stop is not proven is closed
+/// (a failure, as for a workdir); every branch neither merged nor discarded is listed with
+/// its size and how to hand it back.
+fn branch_checks(checks: &mut Vec<Check>, workdirs: &Value, branches: &Value) {
+    for w in workdirs.as_array().into_iter().flatten() {
+        for g in w["branch_guards"].as_array().into_iter().flatten() {
+            if g["running"] != true && g["proof"]["proven_stopped"] != true {
+                let why = g["proof"]["missing"].as_str().unwrap_or("the provider's stop is not proven");
+                check(
+                    checks,
+                    "recovery guard",
+                    "fail",
+                    format!(
+                        "branch {} of workdir {} is closed for task {}: {why}",
+                        g["branch"], w["alias"], g["task_id"]
+                    ),
+                );
+            }
+        }
+    }
+    for b in branches.as_array().into_iter().flatten() {
+        let size = match b["commits"].as_u64() {
+            Some(commits) => format!(
+                "{commits} commit(s), {} file(s) +{} -{}",
+                b["files_changed"], b["lines_added"], b["lines_removed"]
+            ),
+            None => "size unknown".to_owned(),
+        };
+        let (level, what) = match b["state"].as_str() {
+            Some("kept") => ("warn", format!("its worktree is kept ({})", b["reason"].as_str().unwrap_or("?"))),
+            _ => ("ok", "neither merged nor discarded".to_owned()),
+        };
+        check(
+            checks,
+            "agent branch",
+            level,
+            format!(
+                "{} of workdir {} (task {}): {size}, {what}; `agent-bridge tasks merge {id}` or `agent-bridge tasks discard {id}`",
+                b["branch"].as_str().unwrap_or("?"),
+                b["workdir"].as_str().unwrap_or("?"),
+                b["task_id"].as_str().unwrap_or("?"),
+                id = b["task_id"].as_str().unwrap_or("?"),
+            ),
+        );
+    }
+}
+
 /// The same view, from the files, while the bridge is down (no lease can be held then, but a
 /// crashed bridge's providers may still run).
 fn status_from_files(config: &BridgeConfig) -> Result<Value, String> {
@@ -368,7 +421,10 @@ fn status_from_files(config: &BridgeConfig) -> Result<Value, String> {
     }
     let store = crate::store::Store::open_read_only(&config.state_dir).map_err(|e| e.to_string())?;
     let guards = store.list_guards().map_err(|e| e.to_string())?;
-    Ok(json!({ "workdirs": Value::Array(
+    let branches = store.agent_branches().map_err(|e| e.to_string())?;
+    Ok(json!({
+        "agent_branches": branches.iter().map(crate::tasks::task_view::branch_view).collect::<Vec<_>>(),
+        "workdirs": Value::Array(
         config
             .workdirs
             .iter()

@@ -68,6 +68,9 @@ finish)
   printf 'ahead %s\n' "$(git rev-list --count "$head" --not "$AB_BASE" 2>/dev/null)"
   printf 'stat %s\n' "$(git diff --numstat "$AB_BASE" "$head" 2>/dev/null \
     | awk '{ f++; if ($1 != "-") a += $1; if ($2 != "-") d += $2 } END { printf "%d %d %d", f, a, d }')" ;;
+prune)
+  cd "$AB_TOP" || exit 20
+  git worktree prune || exit 41 ;;
 remove)
   cd "$AB_TOP" || exit 20
   git worktree unlock "$AB_TREE" 2>/dev/null
@@ -79,6 +82,9 @@ remove)
 *) exit 2 ;;
 esac
 "#;
+
+/// What a script's failed step was doing, by its exit code.
+pub(super) type StepNames = fn(Option<i32>) -> &'static str;
 
 /// What a failed step of the script was doing.
 fn step(code: Option<i32>) -> &'static str {
@@ -170,7 +176,7 @@ pub struct WorktreeError {
 }
 
 impl WorktreeError {
-    fn of(failed: Failed, step: fn(Option<i32>) -> &'static str) -> WorktreeError {
+    fn of(failed: Failed, step: StepNames) -> WorktreeError {
         match failed.code {
             None => WorktreeError { message: failed.said },
             code => WorktreeError { message: format!("git failed while {}", step(code)) },
@@ -291,7 +297,7 @@ impl Worktrees {
         &self,
         task_id: &str,
         repo: &Repo,
-        (script, phase, step): (&'static str, &str, fn(Option<i32>) -> &'static str),
+        (script, phase, step): (&'static str, &str, StepNames),
         env: Vec<(OsString, OsString)>,
         write_checkout: bool,
     ) -> Result<String, WorktreeError> {
@@ -420,6 +426,38 @@ impl Worktrees {
             .filter(|v| is_hex(v))
             .ok_or_else(|| WorktreeError::new("git did not say where the branch ends"))?;
         Ok(Finished { head: head.to_owned(), deleted: head == base, size: parse_size(&out) })
+    }
+
+    /// Forgets the worktrees of the checkout `top` whose directories are gone (`git worktree
+    /// prune`); `run_id` names the run's sandbox.
+    pub async fn prune(&self, run_id: &str, top: &Path) -> Result<(), WorktreeError> {
+        let t = top.to_owned();
+        match tokio::task::spawn_blocking(move || repo_of(&t)).await.ok().flatten() {
+            Some(repo) => self.run(run_id, &repo, "prune", Vec::new()).await.map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// The task ids that have a worktree directory under the state directory.
+    pub async fn trees(&self) -> Vec<String> {
+        let root = self.root.clone();
+        let listed = tokio::task::spawn_blocking(move || {
+            let mut out: Vec<String> = std::fs::read_dir(root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().filter(|n| crate::ids::looks_like(n, "agt_")).map(str::to_owned))
+                .collect();
+            out.sort();
+            out
+        });
+        listed.await.unwrap_or_default()
+    }
+
+    /// Whether `task_id`'s worktree directory exists.
+    pub async fn tree_exists(&self, task_id: &str) -> bool {
+        let tree = self.tree_of(task_id);
+        tokio::task::spawn_blocking(move || tree.is_dir()).await.unwrap_or(false)
     }
 
     /// Removes `task_id`'s worktree (its entry in the repository too) and its private objects.

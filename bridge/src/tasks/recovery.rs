@@ -219,10 +219,15 @@ impl Inner {
         // Only a non-terminal task moves; a terminal one keeps its state.
         let _ = self.store.call(move |s| s.transition(&id, TaskStatus::Interrupted, fields, now)).await;
         self.changes.notify(&task_id);
-        let (alias, id) = (guard.workdir_alias.clone(), task_id);
+        let (alias, id) = (guard.workdir_alias.clone(), task_id.clone());
         // Deleting nothing means no guard names this task any more: its runner cleared it
         // since `guard` was read. That guard is gone all the same.
-        self.store.call(move |s| s.clear_guard(&alias, &id)).await.is_ok()
+        let cleared = self.store.call(move |s| s.clear_guard(&alias, &id)).await.is_ok();
+        if cleared && guard.branch().is_some() {
+            // Its worktree's work goes on its branch now that nothing can still write it.
+            super::worktree::recover(self, &task_id).await;
+        }
+        cleared
     }
 
     /// Watches the processes that keep `guard` from its proof (through pidfds, no polling) and
@@ -312,6 +317,7 @@ impl TaskService {
                 tracing::info!(workdir = guard.workdir_alias, "cleared a recovery guard on proof");
             }
         }
+        super::worktree::sweep_at_start(inner).await;
         Ok(())
     }
 

@@ -31,6 +31,14 @@ impl TaskService {
                 Some(g) => Some(guard_view(inner, g).await?),
                 None => None,
             };
+            // Worktree tasks' guards: one per branch, each its own writer.
+            let mut branch_guards = Vec::new();
+            for g in guards.iter().filter(|g| g.alias() == w.alias && g.branch().is_some()) {
+                let mut view = guard_view(inner, g).await?;
+                view["branch"] = json!(g.branch());
+                view["running"] = json!(inner.active.lock().is_ok_and(|a| a.contains_key(&g.task_id)));
+                branch_guards.push(view);
+            }
             let state = match (&holder, &guard) {
                 (Some(_), _) => "busy",
                 (None, Some(_)) => "recovery_required",
@@ -44,15 +52,19 @@ impl TaskService {
                 "state": state,
                 "lease_holder": holder,
                 "guard": guard,
+                "isolation": w.isolation.as_str(),
+                "branch_guards": branch_guards,
             }));
         }
         let orphaned: Vec<Value> = guards
             .iter()
-            .filter(|g| !inner.config.workdirs.iter().any(|w| w.alias == g.workdir_alias))
+            .filter(|g| !inner.config.workdirs.iter().any(|w| w.alias == g.alias()))
             .map(|g| json!({ "workdir": g.workdir_alias, "task_id": g.task_id }))
             .collect();
+        let branches = inner.store.call(|s| s.agent_branches()).await?;
         Ok(json!({
             "workdirs": out,
+            "agent_branches": branches.iter().map(super::task_view::branch_view).collect::<Vec<_>>(),
             "guards_of_unknown_workdirs": orphaned,
             "leftover_sandboxes": self.leftover_sandboxes().await,
             "reconciled_at_start": self.reconciled_at_start(),

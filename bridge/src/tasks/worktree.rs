@@ -297,3 +297,114 @@ pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, 
         tracing::warn!(cause = %e, "cannot record how the task's worktree ended");
     }
 }
+
+/// A worktree its runner could not finish — the bridge died under it, or its stop was proven
+/// only later — once no guard holds its branch any more: what the agent left goes on the
+/// branch as the runner would have put it, and the worktree goes. A worktree that was never
+/// recorded as made is removed and its row marked failed.
+pub(super) async fn recover(inner: &Arc<Inner>, task_id: &str) {
+    let id = task_id.to_owned();
+    let Ok(Some(row)) = inner.store.call(move |s| s.get_worktree(&id)).await else { return };
+    if !matches!(row.state, WorktreeState::Preparing | WorktreeState::Active | WorktreeState::Kept) {
+        return;
+    }
+    let Some(workdir) = inner.config.workdirs.iter().find(|w| w.alias == row.workdir_alias) else {
+        tracing::warn!(task_id, "the workdir of a worktree to recover is no longer configured; it stays");
+        return;
+    };
+    let worktrees = inner.providers.worktrees();
+    let exists = worktrees.tree_exists(task_id).await;
+    let (state, head, reason, size) = match (&row.base_commit, &row.start_commit, exists) {
+        (Some(base), Some(start), true) => {
+            let message = format!("agent-bridge: task {task_id} (recovered)");
+            match worktrees.finish(task_id, &workdir.path, &row.branch, (base, start), &message).await {
+                Ok(done) => {
+                    let state = if done.deleted { WorktreeState::Empty } else { WorktreeState::Open };
+                    (state, Some(done.head), None, Some(done.size))
+                }
+                Err(e) => {
+                    let why = format!("its work could not be put on its branch: {}; the worktree is kept", e.message);
+                    (WorktreeState::Kept, None, Some(why), None)
+                }
+            }
+        }
+        _ => (WorktreeState::Failed, None, Some("the bridge stopped before the task's worktree was made".into()), None),
+    };
+    if state != WorktreeState::Kept
+        && let Err(e) = worktrees.remove(task_id, &workdir.path).await
+    {
+        tracing::warn!(reason = %e.message, "cannot remove a recovered worktree");
+    }
+    let event = NewEvent::new(
+        "worktree.recovered",
+        json!({ "branch": row.branch, "state": state.as_str(), "head_commit": head, "reason": reason }),
+    );
+    let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let from = [WorktreeState::Preparing, WorktreeState::Active, WorktreeState::Kept];
+    let stored = inner
+        .store
+        .call(move |s| {
+            s.set_worktree_state(&id, &from, state, head.as_deref(), reason.as_deref(), size, now)?;
+            s.append_event(&id, &event, None, now).map(|_| ())
+        })
+        .await;
+    match stored {
+        Ok(()) => tracing::info!(task_id, state = state.as_str(), "recovered a worktree"),
+        Err(e) => tracing::warn!(cause = %e, "cannot record a recovered worktree"),
+    }
+    inner.changes.notify(task_id);
+}
+
+/// At start, once the guards are settled: every worktree whose task no guard holds is
+/// finished ([`recover`]); a worktree directory no task holds any more (a removal the bridge
+/// died in) is removed; and git forgets the worktrees whose directories are gone.
+pub(super) async fn sweep_at_start(inner: &Arc<Inner>) {
+    let holding = match inner.store.call(|s| Ok((s.worktrees_holding_work()?, s.list_guards()?))).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot read the worktrees to sweep");
+            return;
+        }
+    };
+    let (rows, guards) = holding;
+    let guarded: std::collections::HashSet<&str> = guards.iter().map(|g| g.task_id.as_str()).collect();
+    let mut checkouts: Vec<&Workdir> = inner
+        .config
+        .workdirs
+        .iter()
+        .filter(|w| w.isolation == Isolation::Worktree || rows.iter().any(|r| r.workdir_alias == w.alias))
+        .collect();
+    for row in rows.iter().filter(|r| !guarded.contains(r.task_id.as_str())) {
+        if matches!(row.state, WorktreeState::Preparing | WorktreeState::Active) {
+            recover(inner, &row.task_id).await;
+        }
+    }
+    let worktrees = inner.providers.worktrees();
+    for task_id in worktrees.trees().await {
+        let id = task_id.clone();
+        let row = inner.store.call(move |s| s.get_worktree(&id)).await.ok().flatten();
+        let held = row
+            .as_ref()
+            .is_some_and(|r| matches!(r.state, WorktreeState::Preparing | WorktreeState::Active | WorktreeState::Kept));
+        if held {
+            continue;
+        }
+        let checkout = row.as_ref().and_then(|r| inner.config.workdirs.iter().find(|w| w.alias == r.workdir_alias));
+        match checkout {
+            Some(w) => {
+                if let Err(e) = worktrees.remove(&task_id, &w.path).await {
+                    tracing::warn!(reason = %e.message, "cannot remove a stray worktree");
+                }
+                checkouts.push(w);
+            }
+            None => tracing::warn!(task_id, "a worktree directory of no known task or workdir is left alone"),
+        }
+    }
+    checkouts.sort_by_key(|w| w.slot);
+    checkouts.dedup_by_key(|w| w.slot);
+    for w in checkouts {
+        if let Err(e) = worktrees.prune(&crate::ids::task_id(), &w.path).await {
+            tracing::warn!(workdir = w.alias, reason = %e.message, "cannot prune the workdir's worktrees");
+        }
+    }
+}
