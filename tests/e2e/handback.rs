@@ -171,3 +171,70 @@ async fn doctor_and_the_board_list_open_branches_and_the_board_hands_them_back()
     let (_, report) = crate::doctor::doctor_json(&b);
     assert_eq!(report["agent_branches"], json!([]), "{report:#}");
 }
+
+/// A continuation of a worktree task goes on with its branch: its change set is the branch's
+/// whole change (from the branch's base), and the branch is handed back through the newest
+/// task only. A plan filed with `isolation: worktree` runs its steps on one branch, each
+/// starting where the previous one ended.
+#[tokio::test]
+async fn continuations_and_plan_steps_share_one_branch() {
+    let b = TestBridge::start().await;
+    // A worktree plan on a workdir that is no git work tree (yet) is refused at once.
+    let r = b
+        .call(
+            "submit_agent_plan",
+            json!({ "workdir": "repo", "runtime": "fake", "title": "x", "isolation": "worktree",
+                    "steps": [{ "title": "x", "prompt": "complete:x" }] }),
+        )
+        .await;
+    assert_eq!(code(&r), "WORKDIR_NOT_A_GIT_REPOSITORY", "{r:?}");
+    repository(&b);
+    let (first, t1) = finished(&b, "exec:echo one > one.txt").await;
+    let next = b
+        .submit_ok(json!({ "prompt": "exec:echo two > two.txt && cat one.txt", "continue_from_task_id": first }))
+        .await;
+    let t2 = b.wait_terminal(&next).await;
+    assert_eq!(t2["status"], "succeeded", "{t2:#}");
+    assert_eq!(t2["isolation"]["branch"], t1["isolation"]["branch"], "{t2:#}");
+    assert_eq!(t2["isolation"]["start_commit"], t1["isolation"]["head_commit"]);
+    assert_eq!(t2["isolation"]["size"]["commits"], 2, "{t2:#}");
+    let files: Vec<&str> =
+        t2["changes"]["files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
+    assert_eq!(files, ["one.txt", "two.txt"], "the change set is base..branch: {t2:#}");
+    let r = b.call("merge_agent_task", json!({ "task_id": first })).await;
+    assert_eq!(code(&r), "BRANCH_MOVED", "{r:?}");
+    assert!(format!("{r:?}").contains(&next), "the refusal names the newer task: {r:?}");
+    b.call("merge_agent_task", json!({ "task_id": next })).await.expect("merge");
+    assert_eq!(b.get(&first).await["isolation"]["state"], "merged", "every task of the branch is merged");
+
+    let steps = json!([
+        { "title": "one", "prompt": "exec:echo a > plan-a.txt" },
+        { "title": "two", "prompt": "exec:cat plan-a.txt > plan-b.txt" },
+    ]);
+    let v = b
+        .call(
+            "submit_agent_plan",
+            json!({ "workdir": "repo", "runtime": "fake", "title": "Two steps", "steps": steps, "isolation": "worktree" }),
+        )
+        .await
+        .expect("plan");
+    assert_eq!(v["isolation"], "worktree", "{v:#}");
+    let plan = v["plan_id"].as_str().unwrap().to_owned();
+    let mut p = Value::Null;
+    for _ in 0..300 {
+        p = b.call("get_agent_plan", json!({ "plan_id": plan })).await.expect("plan");
+        if p["terminal"] == true {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(p["status"], "succeeded", "{p:#}");
+    let last = p["steps"][1]["task_id"].as_str().expect("step 2's task").to_owned();
+    let t = b.get(&last).await;
+    let branch = t["isolation"]["branch"].as_str().expect("branch");
+    assert_eq!(b.get(p["steps"][0]["task_id"].as_str().unwrap()).await["isolation"]["branch"], branch);
+    let log = git(&b.repo, &["log", "--format=%s", &format!("main..{branch}")]);
+    assert_eq!(log.lines().count(), 2, "one commit per step on one branch: {log}");
+    assert_eq!(git(&b.repo, &["show", &format!("{branch}:plan-b.txt")]), "a\n", "step 2 started where step 1 ended");
+    assert!(!b.repo.join("plan-a.txt").exists(), "the checkout is untouched");
+}

@@ -50,7 +50,10 @@ baseline)
     cp -- "$AB_SEED_INDEX" "$GIT_INDEX_FILE" 2>/dev/null || rm -f -- "$GIT_INDEX_FILE"
   fi
   git add -A 2>/dev/null || { rm -f -- "$GIT_INDEX_FILE"; git add -A; } || exit 10
-  git write-tree > "$AB_DIR/base" || exit 11 ;;
+  git write-tree > "$AB_DIR/base" || exit 11
+  if [ -n "${AB_SINCE:-}" ]; then
+    git rev-parse --verify --quiet "$AB_SINCE^{tree}" > "$AB_DIR/base" || exit 16
+  fi ;;
 end)
   git add -A || exit 10
   git write-tree > "$AB_DIR/end" || exit 11
@@ -136,9 +139,16 @@ impl Snapshots {
     }
 
     /// Records the baseline of the workdir at `root` for `task_id` in `dir` (created here,
-    /// private). Errors are the reason no change set will be recorded (operator-safe text:
-    /// no host path).
-    pub async fn baseline(&self, task_id: &str, root: &Path, dir: &Path) -> Result<Baseline, String> {
+    /// private); with `since`, the change set counts from that commit's tree instead (a
+    /// worktree task's base: its branch's whole change). Errors are the reason no change set
+    /// will be recorded (operator-safe text: no host path).
+    pub async fn baseline(
+        &self,
+        task_id: &str,
+        root: &Path,
+        dir: &Path,
+        since: Option<&str>,
+    ) -> Result<Baseline, String> {
         let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
         let (d, r) = (dir.to_owned(), root.to_owned());
         let (root, repo, identity) = tokio::task::spawn_blocking(move || {
@@ -155,7 +165,7 @@ impl Snapshots {
             .flat_map(|r| [r.objects.clone(), r.index.clone(), r.exclude.clone()])
             .filter(|p| !p.starts_with(&root) && p.exists())
             .collect();
-        let taken = self.run(&git, task_id, (&root, &outside), dir, "baseline", seed, exclude.clone()).await;
+        let taken = self.run(&git, task_id, (&root, &outside), dir, ("baseline", since), seed, exclude.clone()).await;
         if let Err(e) = taken {
             let d = dir.to_owned();
             let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
@@ -182,7 +192,7 @@ impl Snapshots {
         if !tokio::task::spawn_blocking(move || same(&d)).await.unwrap_or(false) {
             return Err(REPLACED.to_owned());
         }
-        self.run(&git, task_id, tree, &baseline.dir, "end", None, exclude).await?;
+        self.run(&git, task_id, tree, &baseline.dir, ("end", None), None, exclude).await?;
         tokio::task::spawn_blocking(move || -> Result<RawChangeSet, String> {
             if !same(&dir) {
                 return Err(REPLACED.to_owned());
@@ -203,7 +213,7 @@ impl Snapshots {
         task_id: &str,
         (root, outside): (&Path, &[PathBuf]),
         dir: &Path,
-        phase: &str,
+        (phase, since): (&str, Option<&str>),
         seed_index: Option<PathBuf>,
         exclude: Option<PathBuf>,
     ) -> Result<(), String> {
@@ -219,6 +229,9 @@ impl Snapshots {
         set("AB_PATCH_LIMIT", (PATCH_LIMIT + 1).to_string().into());
         if let Some(seed) = seed_index {
             set("AB_SEED_INDEX", seed.into());
+        }
+        if let Some(since) = since {
+            set("AB_SINCE", since.into());
         }
         let excludes = exclude.map(PathBuf::into_os_string).unwrap_or_else(|| "/dev/null".into());
         let run = GitRun {
@@ -255,6 +268,7 @@ fn step(code: Option<i32>) -> &'static str {
         Some(12) => "reading the baseline",
         Some(13 | 14) => "listing the changes",
         Some(15) => "writing the diff",
+        Some(16) => "reading the branch's base commit",
         Some(20) => "entering the workdir",
         _ => "an unexpected exit",
     }

@@ -73,7 +73,9 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     if job.lease.is_some() {
         // The baseline is taken while the writer lease is held and before the agent runs.
         let dir = crate::provider::snapshot::snapshot_dir(&inner.config.state_dir, &task_id);
-        let taken = inner.providers.snapshots().baseline(&task_id, &job.workdir_root, &dir).await;
+        // A worktree task's change set is its branch's whole change: from the branch's base.
+        let since = job.worktree.as_ref().and_then(|w| w.created.as_ref()).map(|c| c.base_commit.clone());
+        let taken = inner.providers.snapshots().baseline(&task_id, &job.workdir_root, &dir, since.as_deref()).await;
         if let Err(why) = &taken {
             tracing::warn!(reason = %why, "no baseline for the change set");
         }
