@@ -241,3 +241,51 @@ async fn a_bridge_killed_during_a_worktree_task_leaves_its_branch_and_work_recov
     assert_eq!(m["merged_commit"], isolation(&t)["head_commit"]);
     git(&b.repo, &["fsck", "--no-dangling"]);
 }
+
+/// `.worktreeinclude` brings the ignored files it names into the worktree (and no other
+/// ignored file); a submodule whose URL is not https or ssh is not fetched (a `file://` one
+/// here), and the task runs all the same, saying so in its `worktree.created` event.
+#[tokio::test]
+async fn worktreeinclude_copies_the_named_ignored_files_and_local_submodules_are_not_fetched() {
+    let b = TestBridge::start().await;
+    repository(&b);
+    let r = &b.repo;
+    std::fs::write(r.join(".gitignore"), ".env\nnode_modules/\n").expect("gitignore");
+    std::fs::write(r.join(".worktreeinclude"), ".env\n").expect("include");
+    std::fs::write(r.join(".env"), "TOKEN=local\n").expect("env");
+    std::fs::create_dir_all(r.join("node_modules/dep")).expect("modules");
+    std::fs::write(r.join("node_modules/dep/index.js"), "x").expect("dep");
+    let other = tempfile::tempdir().expect("other");
+    git(other.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(other.path().join("lib.txt"), "lib\n").expect("lib");
+    git(other.path(), &["add", "-A"]);
+    git(other.path(), &["commit", "-qm", "lib"]);
+    let url = format!("file://{}", other.path().display());
+    git(r, &["-c", "protocol.file.allow=always", "submodule", "add", "-q", &url, "sub"]);
+    git(r, &["add", "-A"]);
+    git(r, &["commit", "-qm", "ignore, include, submodule"]);
+    let id = b
+        .submit_ok(json!({
+            "prompt": "exec:cat .env; ls node_modules 2>/dev/null || echo no-modules; ls -A sub | wc -l",
+            "isolation": "worktree",
+        }))
+        .await;
+    let t = b.wait_terminal(&id).await;
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let said = t["final_response"].as_str().unwrap_or_default();
+    assert!(said.contains("TOKEN=local"), "the included .env: {said}");
+    assert!(said.contains("no-modules"), "an ignored file not named is not copied: {said}");
+    assert!(said.trim_end().ends_with('0'), "the file:// submodule is not fetched: {said}");
+    let events = b.call("read_agent_task_events", json!({ "task_id": id })).await.expect("events");
+    let created = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "worktree.created")
+        .expect("worktree.created")
+        .clone();
+    assert_eq!(created["payload"]["included"]["files"], 1, "{created:#}");
+    assert_eq!(created["payload"]["submodules"]["initialised"], false, "{created:#}");
+    // The copy is the task's own: the branch never holds the ignored file.
+    assert_eq!(isolation(&t)["state"], "empty", "{t:#}");
+}

@@ -57,6 +57,9 @@ pub struct GitRun<'a> {
     pub write: Vec<PathBuf>,
     /// What it is (whether a test hook applies).
     pub kind: SpawnKind,
+    /// Whether it may reach the network: through the task's egress gate (the workdir's
+    /// allowed hosts only) when the sandbox has one.
+    pub network: bool,
     /// How long it may take.
     pub limit: Duration,
 }
@@ -111,8 +114,8 @@ pub async fn run(containment: &Containment, run: GitRun<'_>) -> Result<Vec<u8>, 
         git: None,
         read: run.read,
         write: run.write,
-        // git needs no network here.
-        egress: None,
+        // Only a run that fetches gets the network, and only the workdir's allowed hosts.
+        egress: run.network.then(Vec::new),
         kind: run.kind,
     })
     .await

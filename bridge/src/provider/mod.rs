@@ -44,6 +44,7 @@ pub mod tether;
 pub mod usage;
 pub mod view;
 pub mod worktree;
+pub mod worktree_include;
 
 use process::{ProofMaterial, StopProof, Supervised};
 

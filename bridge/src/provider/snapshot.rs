@@ -247,6 +247,7 @@ impl Snapshots {
             read: outside.to_vec(),
             write: vec![dir.to_owned()],
             kind: if phase == "baseline" { SpawnKind::SnapshotBaseline } else { SpawnKind::SnapshotEnd },
+            network: false,
             limit: RUN_LIMIT,
         };
         match super::gitrun::run(&self.containment, run).await {

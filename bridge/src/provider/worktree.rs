@@ -68,6 +68,17 @@ finish)
   printf 'ahead %s\n' "$(git rev-list --count "$head" --not "$AB_BASE" 2>/dev/null)"
   printf 'stat %s\n' "$(git diff --numstat "$AB_BASE" "$head" 2>/dev/null \
     | awk '{ f++; if ($1 != "-") a += $1; if ($2 != "-") d += $2 } END { printf "%d %d %d", f, a, d }')" ;;
+include)
+  cd "$AB_TOP" || exit 20
+  if [ ! -f .worktreeinclude ] || [ -L .worktreeinclude ]; then exit 0; fi
+  tmp=$(mktemp -d) || exit 26
+  trap 'rm -rf "$tmp"' EXIT
+  git ls-files -z --others --ignored --exclude-standard | sort -z > "$tmp/ignored" || exit 26
+  git ls-files -z --others --ignored --exclude-from=.worktreeinclude | sort -z > "$tmp/wanted" || exit 26
+  comm -z -12 "$tmp/ignored" "$tmp/wanted" | head -z -n "$AB_MAX" ;;
+submodules)
+  cd "$AB_TREE" || exit 20
+  git submodule update --init --recursive --depth 1 >/dev/null 2>&1 || exit 27 ;;
 prune)
   cd "$AB_TOP" || exit 20
   git worktree prune || exit 41 ;;
@@ -94,6 +105,8 @@ fn step(code: Option<i32>) -> &'static str {
         Some(22) => "creating the branch (a branch of that name exists)",
         Some(24) => "finding the branch",
         Some(25) => "adding the worktree",
+        Some(26) => "listing the files .worktreeinclude names",
+        Some(27) => "initialising the submodules (only https and ssh URLs are fetched)",
         Some(30) => "adding the task's files",
         Some(31) => "committing the task's files",
         Some(32) => "reading the worktree's HEAD",
@@ -201,6 +214,10 @@ pub struct Created {
     pub tree: PathBuf,
     /// What the task's sandbox holds of the repository.
     pub git: TreeGit,
+    /// The ignored files `.worktreeinclude` named that were copied in.
+    pub included: super::worktree_include::Included,
+    /// How the submodules' initialisation went (`None`: the repository has none).
+    pub submodules: Option<Result<(), String>>,
 }
 
 /// A branch to work on.
@@ -281,7 +298,7 @@ impl Worktrees {
 
     /// One run of the script on `repo`: the checkout read-only, the git directory read-write
     /// but its config and hooks, the worktrees' directory and the task's private objects.
-    async fn run(
+    pub(super) async fn run(
         &self,
         task_id: &str,
         repo: &Repo,
@@ -302,6 +319,13 @@ impl Worktrees {
         write_checkout: bool,
     ) -> Result<String, WorktreeError> {
         let git = self.git()?;
+        // Submodules are fetched over https and ssh only, never file, ext or git://.
+        let network = phase == "submodules";
+        let mut settings = vec![("user.useConfigOnly", OsString::from("false"))];
+        if network {
+            settings.push(("protocol.https.allow", "always".into()));
+            settings.push(("protocol.ssh.allow", "always".into()));
+        }
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
             std::sync::Arc::clone(locks.entry(repo.common.clone()).or_default())
@@ -320,12 +344,13 @@ impl Worktrees {
             phase,
             cwd: &repo.top,
             env,
-            settings: vec![("user.useConfigOnly", "false".into())],
+            settings,
             workdir: Some((repo.top.clone(), write_checkout)),
             read: vec![repo.common.join("config"), repo.common.join("hooks"), self.objects_of(task_id)],
             write: vec![repo.common.clone(), self.root.clone()],
             kind: SpawnKind::Worktree,
             limit: RUN_LIMIT,
+            network,
         };
         let out = super::gitrun::run(&self.containment, run).await.map_err(|f| WorktreeError::of(f, step))?;
         Ok(String::from_utf8_lossy(&out).into_owned())
@@ -379,12 +404,23 @@ impl Worktrees {
             return Err(WorktreeError::new("git did not say where the worktree starts"));
         };
         let base_dirty = out.lines().any(|l| l == "dirty 1");
+        let tree = self.tree_of(task_id);
+        let included = self.include(task_id, &repo, &tree).await;
+        let t = tree.clone();
+        let submodules = match tokio::task::spawn_blocking(move || t.join(".gitmodules").is_file()).await {
+            Ok(true) => {
+                Some(self.run(task_id, &repo, "submodules", Vec::new()).await.map(|_| ()).map_err(|e| e.message))
+            }
+            _ => None,
+        };
         Ok(Created {
             base_commit,
             start_commit,
             base_dirty,
-            tree: self.tree_of(task_id),
+            tree,
             git: self.tree_git(task_id, &repo),
+            included,
+            submodules,
         })
     }
 

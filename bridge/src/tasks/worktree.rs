@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::Inner;
 use super::submit::SubmitRequest;
@@ -220,6 +220,19 @@ pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJ
             "base_commit": made.base_commit,
             "start_commit": made.start_commit,
             "base_dirty": made.base_dirty,
+            // `.worktreeinclude`'s ignored files copied in, and the submodules' initialisation.
+            "included": (made.included != Default::default()).then(|| json!({
+                "files": made.included.files,
+                "bytes": made.included.bytes,
+                "skipped": made.included.skipped,
+                "cut": made.included.cut,
+                "failed": made.included.failed,
+            })),
+            "submodules": match &made.submodules {
+                None => Value::Null,
+                Some(Ok(())) => json!({ "initialised": true }),
+                Some(Err(why)) => json!({ "initialised": false, "reason": why }),
+            },
         }),
     );
     let stored = inner
