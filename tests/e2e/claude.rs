@@ -355,3 +355,17 @@ async fn claude_an_approved_command_reads_no_secret_and_reaches_no_other_server(
     // The task's own model server was reached, through the same proxy.
     assert!(!r.server.posts("/v1/messages").is_empty());
 }
+
+/// Claude Code in worktree mode: its approved command writes in its own worktree, not the
+/// checkout, and the bridge puts its work on its branch.
+#[tokio::test]
+async fn claude_works_in_a_worktree_on_its_own_branch() {
+    let Some(r) = RealBridge::start(Cli::Claude, &[]).await else { return };
+    crate::changes::repository_with_state(&r.ws, &r.b.root().join("claude-wt-copy"));
+    let before = crate::worktrees::checkout_now(&r.ws);
+    let id = r.submit_with(json!({ "prompt": "RUN_BASH: printf 'new\\n' > added.txt", "isolation": "worktree" })).await;
+    let (rid, _) = r.pending(&id).await;
+    r.respond(&id, &rid, "approve_once").await;
+    let t = r.finish(&id).await;
+    crate::worktrees::assert_real_worktree_task(&r.ws, &t, "added.txt", &before);
+}

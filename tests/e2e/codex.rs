@@ -388,3 +388,16 @@ async fn codex_change_set_is_exactly_what_the_agent_wrote() {
     let t = r.finish(&id).await;
     assert_eq!(t["changes"]["status"], "read_only", "{t:#}");
 }
+
+/// Codex in worktree mode: it works in its own worktree (its command's file lands there, not
+/// in the checkout), and the bridge puts its work on its branch.
+#[tokio::test]
+async fn codex_works_in_a_worktree_on_its_own_branch() {
+    let Some(r) = RealBridge::start(Cli::Codex, &[]).await else { return };
+    crate::changes::repository_with_state(&r.ws, &r.b.root().join("codex-wt-copy"));
+    let before = crate::worktrees::checkout_now(&r.ws);
+    let id =
+        r.submit_with(json!({ "prompt": "RUN_SHELL: printf 'new\\n' > added.txt", "isolation": "worktree" })).await;
+    let t = r.finish(&id).await;
+    crate::worktrees::assert_real_worktree_task(&r.ws, &t, "added.txt", &before);
+}

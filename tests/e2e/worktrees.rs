@@ -289,3 +289,34 @@ async fn worktreeinclude_copies_the_named_ignored_files_and_local_submodules_are
     // The copy is the task's own: the branch never holds the ignored file.
     assert_eq!(isolation(&t)["state"], "empty", "{t:#}");
 }
+
+/// What a real CLI's worktree task must leave: its branch holding exactly `file` in one commit
+/// by agent-bridge (the CLI does not commit), a change set of that file alone, no worktree
+/// left, and the user's checkout — files, `HEAD`, index, stash — as it was (`before`).
+pub(crate) fn assert_real_worktree_task(ws: &Path, t: &Value, file: &str, before: &[(std::path::PathBuf, Vec<u8>)]) {
+    assert_eq!(t["status"], "succeeded", "{t:#}");
+    let iso = isolation(t);
+    assert_eq!((iso["mode"].as_str(), iso["state"].as_str()), (Some("worktree"), Some("open")), "{t:#}");
+    assert_eq!(iso["base_dirty"], true, "the staged file of the user's was not seen: {t:#}");
+    let branch = iso["branch"].as_str().expect("branch");
+    let log = git(ws, &["log", "--format=%an|%s", &format!("main..{branch}")]);
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(log.starts_with("agent-bridge|agent-bridge: task "), "{log}");
+    assert_eq!(git(ws, &["diff", "--name-only", &format!("main...{branch}")]).trim(), file);
+    let files: Vec<&str> =
+        t["changes"]["files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
+    assert_eq!(files, [file], "{t:#}");
+    assert!(!ws.join(file).exists(), "the task wrote the checkout");
+    assert_eq!(checkout_now(ws), before, "the user's checkout changed");
+    let worktrees = git(ws, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 1, "{worktrees}");
+}
+
+/// The checkout as [`assert_real_worktree_task`] compares it (refs, objects and logs aside:
+/// the task's branch is written there).
+pub(crate) fn checkout_now(ws: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    contents(ws)
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(".git/refs") && !p.starts_with(".git/objects") && !p.starts_with(".git/logs"))
+        .collect()
+}
