@@ -664,3 +664,22 @@ impl Drop for KillOnDrop {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
     }
 }
+
+/// A worktree task's finish says its branch waits for a human, and its board link goes to the
+/// branch's card on the task page (the diff, the merge and discard forms).
+#[tokio::test]
+async fn a_worktree_tasks_finish_names_its_branch_and_links_to_it() {
+    let Some(rx) = Receiver::start(SECRET, &[]).await else { return };
+    let hook = "/webhook/branch";
+    let b = TestBridge::start_with(webhook(&rx.url(hook), &[])).await;
+    crate::worktrees::repository(&b);
+    let id = b.submit_ok(json!({ "prompt": "exec:echo x > x.txt", "isolation": "worktree" })).await;
+    let t = b.wait_terminal(&id).await;
+    let branch = t["isolation"]["branch"].as_str().expect("branch").to_owned();
+    let records = rx.wait_for(|r| !of_type(r, hook, "task.finished").is_empty(), Duration::from_secs(20)).await;
+    let finished = body(of_type(&records, hook, "task.finished")[0]);
+    let data = &finished["data"];
+    assert_eq!(data["branch"], json!({ "name": branch, "state": "open" }), "{finished:#}");
+    assert!(data["title"].as_str().unwrap_or_default().contains(&branch), "{finished:#}");
+    assert_eq!(data["links"]["board"], format!("{BOARD}/tasks/{id}#branch"), "{finished:#}");
+}

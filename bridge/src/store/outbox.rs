@@ -322,7 +322,18 @@ pub(super) fn on_terminal(store: &Store, tx: &Connection, task: &TaskRow, now: i
     }
     let mut facts = task_facts(tx, task)?;
     let code = task.error_code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
-    facts["title"] = json!(format!("{} task in {} {verb}{code}", task.runtime, task.workdir_alias));
+    let mut title = format!("{} task in {} {verb}{code}", task.runtime, task.workdir_alias);
+    let mut page = format!("/tasks/{}", task.task_id);
+    // A worktree task's work waits on its branch: the link goes to the branch's card on the
+    // task page (its diff and the merge and discard forms).
+    if let Some(w) = super::worktrees::get_in(tx, &task.task_id)? {
+        facts["branch"] = json!({ "name": w.branch, "state": w.state.as_str() });
+        if w.state == crate::model::WorktreeState::Open {
+            title.push_str(&format!("; branch {} waits to be merged or discarded", w.branch));
+            page.push_str("#branch");
+        }
+    }
+    facts["title"] = json!(title);
     let plan_id = facts["plan_id"].as_str().map(str::to_owned);
     let trigger = Trigger {
         event,
@@ -333,7 +344,7 @@ pub(super) fn on_terminal(store: &Store, tx: &Connection, task: &TaskRow, now: i
         request: None,
         facts,
         details: None,
-        page: format!("/tasks/{}", task.task_id),
+        page,
     };
     enqueue_in(store, tx, trigger, now)
 }
