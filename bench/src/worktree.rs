@@ -113,7 +113,11 @@ fn generate(repo: &Path, files: usize, bytes: usize, probe: &str) -> anyhow::Res
 
 /// Waits (up to ten minutes: a checkout of a big repository on a slow disk takes a while)
 /// until `done` holds for the task.
-async fn wait(b: &TestBridge, id: &str, done: impl Fn(&serde_json::Value) -> bool) -> anyhow::Result<serde_json::Value> {
+async fn wait(
+    b: &TestBridge,
+    id: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> anyhow::Result<serde_json::Value> {
     let limit = Instant::now() + Duration::from_secs(600);
     loop {
         let t = b
@@ -131,12 +135,7 @@ async fn wait(b: &TestBridge, id: &str, done: impl Fn(&serde_json::Value) -> boo
 
 /// Submits `prompt` with `isolation` and returns the time until the agent's first request
 /// arrived; waits for the task to succeed.
-async fn start(
-    b: &TestBridge,
-    arrivals: &Mutex<Vec<Instant>>,
-    prompt: &str,
-    isolation: &str,
-) -> anyhow::Result<f64> {
+async fn start(b: &TestBridge, arrivals: &Mutex<Vec<Instant>>, prompt: &str, isolation: &str) -> anyhow::Result<f64> {
     let before = arrivals.lock().expect("arrivals").len();
     let t = Instant::now();
     let v = b
@@ -160,6 +159,28 @@ async fn start(
     if end["status"] != "succeeded" {
         bail!("task {id} did not succeed: {end:#}");
     }
+    // Where the time went, from the task's own events (millisecond timestamps).
+    let events =
+        b.call("read_agent_task_events", json!({ "task_id": id })).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let at = |kind: &str| {
+        events["events"].as_array().into_iter().flatten().find(|e| e["event_type"] == kind).and_then(|e| {
+            let text = e["created_at"].as_str()?;
+            humantime::parse_rfc3339(text).ok()
+        })
+    };
+    if let (Some(started), Some(agent)) = (at("task.started"), at("command.started")) {
+        let ms = |a: std::time::SystemTime, b: std::time::SystemTime| {
+            b.duration_since(a).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0)
+        };
+        match at("worktree.created") {
+            Some(made) => eprintln!(
+                "worktree:   {isolation}: worktree made {:.0} ms, then baseline and agent start {:.0} ms",
+                ms(started, made),
+                ms(made, agent)
+            ),
+            None => eprintln!("worktree:   {isolation}: baseline and agent start {:.0} ms", ms(started, agent)),
+        }
+    }
     Ok(arrived.duration_since(t).as_secs_f64() * 1000.0)
 }
 
@@ -179,23 +200,28 @@ async fn main() -> anyhow::Result<()> {
     generate(&repo, args.files, args.file_bytes, &probe)?;
     eprintln!("worktree: generated {} files in {:.1} s", args.files, started.elapsed().as_secs_f64());
     b.spawn().await;
-    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap_or("python3");
+    let python =
+        ["/usr/bin/python3", "/usr/local/bin/python3"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("python3");
 
     // Each round times the three side by side (the disk of these machines varies by several
-    // times from one minute to the next: only measures taken together compare).
+    // times from one minute to the next: only measures taken together compare). The worktree
+    // task's start is also split, from its events, into the worktree's making and the rest.
     let scratch = b.root().join("scratch-tree");
     let scratch = scratch.to_str().context("path")?.to_owned();
     let prompt = format!("exec:{python} probe.py");
     let (mut alone, mut worktree, mut in_place) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..args.rounds {
+        // Which goes first alternates: a removal slows the next checkout on some disks.
+        if round % 2 == 1 {
+            worktree.push(start(&b, &arrivals, &prompt, "worktree").await?);
+        }
         let t = Instant::now();
         git(&repo, &["worktree", "add", "-q", "--detach", &scratch, "HEAD"])?;
         alone.push(t.elapsed().as_secs_f64() * 1000.0);
         git(&repo, &["worktree", "remove", "--force", &scratch])?;
-        worktree.push(start(&b, &arrivals, &prompt, "worktree").await?);
+        if round % 2 == 0 {
+            worktree.push(start(&b, &arrivals, &prompt, "worktree").await?);
+        }
         in_place.push(start(&b, &arrivals, &prompt, "in_place").await?);
         eprintln!(
             "worktree: round {round}: alone {:.0} ms, worktree task {:.0} ms, in-place task {:.0} ms",

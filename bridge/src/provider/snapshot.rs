@@ -49,10 +49,13 @@ baseline)
   if [ -n "${AB_SEED_INDEX:-}" ] && [ -f "$AB_SEED_INDEX" ] && [ ! -L "$AB_SEED_INDEX" ]; then
     cp -- "$AB_SEED_INDEX" "$GIT_INDEX_FILE" 2>/dev/null || rm -f -- "$GIT_INDEX_FILE"
   fi
-  git add -A 2>/dev/null || { rm -f -- "$GIT_INDEX_FILE"; git add -A; } || exit 10
-  git write-tree > "$AB_DIR/base" || exit 11
   if [ -n "${AB_SINCE:-}" ]; then
+    # A fresh worktree: the baseline is its branch's base commit, and the index its checkout
+    # just wrote only spares the end run from hashing what did not change.
     git rev-parse --verify --quiet "$AB_SINCE^{tree}" > "$AB_DIR/base" || exit 16
+  else
+    git add -A 2>/dev/null || { rm -f -- "$GIT_INDEX_FILE"; git add -A; } || exit 10
+    git write-tree > "$AB_DIR/base" || exit 11
   fi ;;
 end)
   git add -A || exit 10
