@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use super::worktree::{Repo, WorktreeError, Worktrees, is_hex, repo_of};
+use super::worktree::{IDENTITY, Repo, WorktreeError, Worktrees, is_hex, repo_at};
 
 /// How a branch is merged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,15 +177,6 @@ fn refusal(out: &str) -> Option<Refusal> {
 }
 
 impl Worktrees {
-    async fn repo(top: &Path) -> Result<Repo, WorktreeError> {
-        let t = top.to_owned();
-        tokio::task::spawn_blocking(move || repo_of(&t))
-            .await
-            .ok()
-            .flatten()
-            .ok_or_else(|| WorktreeError::new("the workdir is no longer a git work tree"))
-    }
-
     async fn hand_back_run(
         &self,
         task_id: &str,
@@ -207,21 +198,14 @@ impl Worktrees {
         strategy: Strategy,
         message: &str,
     ) -> Result<Merged, WorktreeError> {
-        let repo = Self::repo(top).await?;
+        let repo = repo_at(top).await?;
         let mut env: Vec<(OsString, OsString)> = vec![
             ("AB_BRANCH".into(), branch.into()),
             ("AB_HEAD".into(), head.into()),
             ("AB_STRATEGY".into(), strategy.as_str().into()),
             ("AB_MESSAGE".into(), message.into()),
         ];
-        for (k, v) in [
-            ("GIT_AUTHOR_NAME", "agent-bridge"),
-            ("GIT_AUTHOR_EMAIL", "agent-bridge@localhost"),
-            ("GIT_COMMITTER_NAME", "agent-bridge"),
-            ("GIT_COMMITTER_EMAIL", "agent-bridge@localhost"),
-        ] {
-            env.push((k.into(), v.into()));
-        }
+        env.extend(IDENTITY.iter().map(|(k, v)| (k.into(), v.into())));
         let out = self.hand_back_run(task_id, &repo, "merge", env, true).await?;
         if let Some(refused) = refusal(&out) {
             return Ok(Merged::Refused(refused));
@@ -244,7 +228,7 @@ impl Worktrees {
         branch: &str,
         head: Option<&str>,
     ) -> Result<Discarded, WorktreeError> {
-        let repo = Self::repo(top).await?;
+        let repo = repo_at(top).await?;
         let env: Vec<(OsString, OsString)> =
             vec![("AB_BRANCH".into(), branch.into()), ("AB_HEAD".into(), head.unwrap_or_default().into())];
         let out = self.hand_back_run(task_id, &repo, "discard", env, false).await?;

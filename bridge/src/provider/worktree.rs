@@ -29,70 +29,7 @@ use crate::store::worktrees::BranchSize;
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 /// The script of every run (`sh -c`); paths and values come in the environment.
-const SCRIPT: &str = r#"set -u
-case "$1" in
-create)
-  cd "$AB_TOP" || exit 20
-  if [ "$AB_NEW" = 1 ]; then
-    base=$(git rev-parse --verify --quiet --end-of-options "$AB_BASE^{commit}") || exit 21
-    git update-ref --create-reflog -m "agent-bridge: branch of task $AB_TASK" "refs/heads/$AB_BRANCH" "$base" "" || exit 22
-    start=$base
-  else
-    base=$AB_BASE
-    start=$(git rev-parse --verify --quiet "refs/heads/$AB_BRANCH^{commit}") || exit 24
-  fi
-  dirty=0
-  if [ -n "$(git status --porcelain 2>/dev/null | head -c 1)" ]; then dirty=1; fi
-  git worktree add --detach --lock --reason "agent-bridge task $AB_TASK" "$AB_TREE" "$start" >/dev/null || exit 25
-  printf 'base %s\nstart %s\ndirty %s\n' "$base" "$start" "$dirty" ;;
-finish)
-  cd "$AB_TREE" || exit 20
-  export GIT_ALTERNATE_OBJECT_DIRECTORIES="$AB_PRIVATE"
-  git add -A || exit 30
-  if ! git diff --cached --quiet; then
-    git commit --no-verify -q -m "$AB_MESSAGE" || exit 31
-  fi
-  head=$(git rev-parse --verify HEAD) || exit 32
-  if [ "$head" != "$AB_START" ]; then
-    git merge-base --is-ancestor "$AB_START" "$head" || exit 36
-    git rev-list --objects "$head" --not "$AB_START" | git pack-objects --stdout -q \
-      | GIT_ALTERNATE_OBJECT_DIRECTORIES= git index-pack --stdin >/dev/null || exit 33
-    if git rev-list --objects --no-object-names "$head" --not "$AB_START" \
-      | GIT_ALTERNATE_OBJECT_DIRECTORIES= git cat-file --batch-check | grep -q ' missing$'; then exit 34; fi
-    git update-ref -m "$AB_MESSAGE" "refs/heads/$AB_BRANCH" "$head" "$AB_START" || exit 35
-  fi
-  if [ "$head" = "$AB_BASE" ]; then
-    git update-ref -d "refs/heads/$AB_BRANCH" "$AB_BASE" || exit 37
-  fi
-  printf 'head %s\n' "$head"
-  printf 'ahead %s\n' "$(git rev-list --count "$head" --not "$AB_BASE" 2>/dev/null)"
-  printf 'stat %s\n' "$(git diff --numstat "$AB_BASE" "$head" 2>/dev/null \
-    | awk '{ f++; if ($1 != "-") a += $1; if ($2 != "-") d += $2 } END { printf "%d %d %d", f, a, d }')" ;;
-include)
-  cd "$AB_TOP" || exit 20
-  if [ ! -f .worktreeinclude ] || [ -L .worktreeinclude ]; then exit 0; fi
-  tmp=$(mktemp -d) || exit 26
-  trap 'rm -rf "$tmp"' EXIT
-  git ls-files -z --others --ignored --exclude-standard | sort -z > "$tmp/ignored" || exit 26
-  git ls-files -z --others --ignored --exclude-from=.worktreeinclude | sort -z > "$tmp/wanted" || exit 26
-  comm -z -12 "$tmp/ignored" "$tmp/wanted" | head -z -n "$AB_MAX" ;;
-submodules)
-  cd "$AB_TREE" || exit 20
-  git submodule update --init --recursive --depth 1 >/dev/null 2>&1 || exit 27 ;;
-prune)
-  cd "$AB_TOP" || exit 20
-  git worktree prune || exit 41 ;;
-remove)
-  cd "$AB_TOP" || exit 20
-  git worktree unlock "$AB_TREE" 2>/dev/null
-  if ! git worktree remove --force --force "$AB_TREE" 2>/dev/null; then
-    chmod -R u+rwX -- "$AB_TREE" 2>/dev/null
-    rm -rf -- "$AB_TREE" || exit 40
-    git worktree prune || exit 41
-  fi ;;
-*) exit 2 ;;
-esac
-"#;
+const SCRIPT: &str = include_str!("worktree.sh");
 
 /// What a script's failed step was doing, by its exit code.
 pub(super) type StepNames = fn(Option<i32>) -> &'static str;
@@ -118,6 +55,24 @@ fn step(code: Option<i32>) -> &'static str {
         Some(40 | 41) => "removing the worktree",
         _ => "an unexpected exit",
     }
+}
+
+/// Who the bridge's own commits are by (what an agent left, merge and squash commits).
+pub(super) const IDENTITY: [(&str, &str); 4] = [
+    ("GIT_AUTHOR_NAME", "agent-bridge"),
+    ("GIT_AUTHOR_EMAIL", "agent-bridge@localhost"),
+    ("GIT_COMMITTER_NAME", "agent-bridge"),
+    ("GIT_COMMITTER_EMAIL", "agent-bridge@localhost"),
+];
+
+/// [`repo_of`] off the reactor, or why not.
+pub(super) async fn repo_at(top: &Path) -> Result<Repo, WorktreeError> {
+    let t = top.to_owned();
+    tokio::task::spawn_blocking(move || repo_of(&t))
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| WorktreeError::new("the workdir is no longer a git work tree"))
 }
 
 /// A checkout's repository: where its git directories are.
@@ -435,26 +390,14 @@ impl Worktrees {
         (base, start): (&str, &str),
         message: &str,
     ) -> Result<Finished, WorktreeError> {
-        let t = top.to_owned();
-        let repo = tokio::task::spawn_blocking(move || repo_of(&t))
-            .await
-            .ok()
-            .flatten()
-            .ok_or_else(|| WorktreeError::new("the workdir is no longer a git work tree"))?;
+        let repo = repo_at(top).await?;
         let mut env: Vec<(OsString, OsString)> = vec![
             ("AB_BRANCH".into(), branch.into()),
             ("AB_BASE".into(), base.into()),
             ("AB_START".into(), start.into()),
             ("AB_MESSAGE".into(), message.into()),
         ];
-        for (k, v) in [
-            ("GIT_AUTHOR_NAME", "agent-bridge"),
-            ("GIT_AUTHOR_EMAIL", "agent-bridge@localhost"),
-            ("GIT_COMMITTER_NAME", "agent-bridge"),
-            ("GIT_COMMITTER_EMAIL", "agent-bridge@localhost"),
-        ] {
-            env.push((k.into(), v.into()));
-        }
+        env.extend(IDENTITY.iter().map(|(k, v)| (k.into(), v.into())));
         let out = self.run(task_id, &repo, "finish", env).await?;
         let head = out
             .lines()
@@ -467,10 +410,9 @@ impl Worktrees {
     /// Forgets the worktrees of the checkout `top` whose directories are gone (`git worktree
     /// prune`); `run_id` names the run's sandbox.
     pub async fn prune(&self, run_id: &str, top: &Path) -> Result<(), WorktreeError> {
-        let t = top.to_owned();
-        match tokio::task::spawn_blocking(move || repo_of(&t)).await.ok().flatten() {
-            Some(repo) => self.run(run_id, &repo, "prune", Vec::new()).await.map(|_| ()),
-            None => Ok(()),
+        match repo_at(top).await {
+            Ok(repo) => self.run(run_id, &repo, "prune", Vec::new()).await.map(|_| ()),
+            Err(_) => Ok(()),
         }
     }
 
@@ -498,9 +440,7 @@ impl Worktrees {
 
     /// Removes `task_id`'s worktree (its entry in the repository too) and its private objects.
     pub async fn remove(&self, task_id: &str, top: &Path) -> Result<(), WorktreeError> {
-        let t = top.to_owned();
-        let repo = tokio::task::spawn_blocking(move || repo_of(&t)).await.ok().flatten();
-        if let Some(repo) = repo {
+        if let Ok(repo) = repo_at(top).await {
             self.run(task_id, &repo, "remove", Vec::new()).await?;
         }
         let (tree, objects) = (self.tree_of(task_id), self.objects_of(task_id));

@@ -181,6 +181,19 @@ impl super::TaskService {
     }
 }
 
+/// Records that a task's worktree was never made, and why.
+async fn mark_failed(inner: &Arc<Inner>, task_id: &str, reason: String) {
+    let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let from = [WorktreeState::Preparing];
+    let stored = inner
+        .store
+        .call(move |s| s.set_worktree_state(&id, &from, WorktreeState::Failed, None, Some(&reason), None, now))
+        .await;
+    if let Err(e) = stored {
+        tracing::warn!(cause = %e, "cannot record that the task's worktree was never made");
+    }
+}
+
 /// Makes the task's worktree and records it; the error is the task's failure message.
 pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJob) -> Result<(), String> {
     let p = &wt.placement;
@@ -188,22 +201,7 @@ pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJ
     let made = match made {
         Ok(made) => made,
         Err(e) => {
-            let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
-            let reason = e.message.clone();
-            let _ = inner
-                .store
-                .call(move |s| {
-                    s.set_worktree_state(
-                        &id,
-                        &[WorktreeState::Preparing],
-                        WorktreeState::Failed,
-                        None,
-                        Some(&reason),
-                        None,
-                        now,
-                    )
-                })
-                .await;
+            mark_failed(inner, task_id, e.message.clone()).await;
             return Err(format!("the task's worktree could not be made: {}", e.message));
         }
     };
@@ -255,22 +253,7 @@ pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJ
 pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, proven: bool) {
     let Some(made) = &wt.created else {
         // The task ended before its worktree was made (or it could not be): nothing is left.
-        let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
-        let reason = "the task ended before its worktree was made";
-        let _ = inner
-            .store
-            .call(move |s| {
-                s.set_worktree_state(
-                    &id,
-                    &[WorktreeState::Preparing],
-                    WorktreeState::Failed,
-                    None,
-                    Some(reason),
-                    None,
-                    now,
-                )
-            })
-            .await;
+        mark_failed(inner, task_id, "the task ended before its worktree was made".to_owned()).await;
         return;
     };
     let branch = &wt.placement.branch;
