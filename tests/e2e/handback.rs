@@ -133,7 +133,8 @@ async fn doctor_and_the_board_list_open_branches_and_the_board_hands_them_back()
     let listed = report["agent_branches"].as_array().expect("agent_branches");
     assert_eq!(listed.len(), 2, "{report:#}");
     assert_eq!(listed[0]["branch"], t1["isolation"]["branch"]);
-    assert_eq!((listed[0]["commits"].as_u64(), listed[0]["lines_added"].as_u64()), (Some(1), Some(2)));
+    let size = &listed[0]["size"];
+    assert_eq!((size["commits"].as_u64(), size["lines_added"].as_u64()), (Some(1), Some(2)));
     let text = String::from_utf8_lossy(&b.cli_env(&["doctor"]).stdout).into_owned();
     assert!(text.contains(&format!("agent-bridge tasks merge {one}")), "{text}");
 

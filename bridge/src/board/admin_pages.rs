@@ -104,12 +104,7 @@ fn branches_table(branches: &Value) -> String {
             task,
             text(&b["state"])
         );
-        out.push_str(&super::review::branch_size(
-            &b["commits"],
-            &b["files_changed"],
-            &b["lines_added"],
-            &b["lines_removed"],
-        ));
+        out.push_str(&super::review::branch_size(&b["size"]));
         out.push_str("</td><td>");
         out.push_str(&when(&b["updated_at"]));
         out.push_str("</td></tr>");

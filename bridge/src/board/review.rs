@@ -217,17 +217,18 @@ pub async fn changes_section(board: &Board, id: &str, t: &Value, file: Option<&s
     out
 }
 
-/// A branch's size as people read it (`2 commits · 3 files +10 −1`).
-pub fn branch_size(commits: &Value, files: &Value, added: &Value, removed: &Value) -> String {
+/// A branch's `size` as people read it (`2 commits · 3 files +10 −1`).
+pub fn branch_size(size: &Value) -> String {
     let mut out = String::new();
-    match commits.as_u64() {
+    let n = |key: &str| size[key].as_u64().unwrap_or(0);
+    match size["commits"].as_u64() {
         Some(c) => html!(
             out,
             "{} commit(s) · {} file(s) <span class=\"add\">+{}</span> <span class=\"del\">−{}</span>",
             c,
-            files.as_u64().unwrap_or(0),
-            added.as_u64().unwrap_or(0),
-            removed.as_u64().unwrap_or(0)
+            n("files_changed"),
+            n("lines_added"),
+            n("lines_removed")
         ),
         None => out.push('—'),
     }
@@ -251,9 +252,8 @@ pub fn branch_card(id: &str, t: &Value, csrf: &str) -> String {
         text(&iso["base_commit"])
     );
     html!(out, "<dt>Head</dt><dd><code>{}</code></dd>", text(&iso["head_commit"]));
-    let z = &iso["size"];
     out.push_str("<dt>Holds</dt><dd>");
-    out.push_str(&branch_size(&z["commits"], &z["files_changed"], &z["lines_added"], &z["lines_removed"]));
+    out.push_str(&branch_size(&iso["size"]));
     out.push_str("</dd>");
     if iso["base_dirty"] == true {
         out.push_str("<dt>Note</dt><dd>The checkout had uncommitted changes the task did not see.</dd>");

@@ -386,10 +386,11 @@ fn branch_checks(checks: &mut Vec<Check>, workdirs: &Value, branches: &Value) {
         }
     }
     for b in branches.as_array().into_iter().flatten() {
-        let size = match b["commits"].as_u64() {
+        let z = &b["size"];
+        let size = match z["commits"].as_u64() {
             Some(commits) => format!(
                 "{commits} commit(s), {} file(s) +{} -{}",
-                b["files_changed"], b["lines_added"], b["lines_removed"]
+                z["files_changed"], z["lines_added"], z["lines_removed"]
             ),
             None => "size unknown".to_owned(),
         };

@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 
 use super::{Inner, TaskService};
 use crate::error::{ToolError, code};
-use crate::lease::LeaseError;
 use crate::model::Principal;
 use crate::provider::handback::{Discarded, Merged, Refusal, Strategy};
 use crate::store::events::NewEvent;
@@ -147,30 +146,10 @@ impl TaskService {
                 format!("workdir {:?} is read-only: nothing is merged into it", workdir.alias),
             ));
         }
-        // The merge writes the user's checkout: it is an in-place writer for that moment.
-        let leases = inner.leases.clone();
-        let slot = workdir.slot;
-        let lease = match tokio::task::spawn_blocking(move || leases.try_acquire(slot)).await {
-            Ok(Ok(lease)) => lease,
-            Ok(Err(LeaseError::Busy)) => {
-                return Err(ToolError::new(
-                    code::WORKDIR_BUSY,
-                    format!("workdir {:?} is busy with a writer working in place: merge when it ends", workdir.alias),
-                ));
-            }
-            Ok(Err(e)) => return Err(ToolError::internal("cannot take the writer lease", e)),
-            Err(e) => return Err(ToolError::internal("cannot take the writer lease", e)),
-        };
-        let alias = workdir.alias.clone();
-        if let Some(guard) = inner.store.call(move |s| s.get_guard(&alias)).await? {
-            return Err(ToolError::new(
-                code::WORKDIR_RECOVERY_REQUIRED,
-                format!(
-                    "workdir {:?} is closed: the stop of task {} is not proven; see `agent-bridge doctor`",
-                    workdir.alias, guard.task_id
-                ),
-            ));
-        }
+        // The merge writes the user's checkout: it is an in-place writer for that moment, under
+        // the same rules as one (a guard cleared on proof, else the workdir stays closed).
+        inner.reconcile_guard(&workdir.alias).await?;
+        let lease = inner.take_lease(&workdir, None).await?;
         let Some(head) = row.head_commit.clone() else { return Err(not_open(&row, "merged")) };
         let message = match strategy {
             Strategy::Squash => {
@@ -206,6 +185,9 @@ impl TaskService {
     pub async fn discard(&self, principal: &Principal, task_id: &str) -> Result<Value, ToolError> {
         let inner = &self.inner;
         let _serial = inner.hand_back_lock.lock().await;
+        let first = inner.branch_of(principal, task_id).await?;
+        // A guard on the branch clears on proof (finishing a kept worktree) or refuses.
+        inner.reconcile_guard(&crate::store::guards::guard_key(&first.workdir_alias, Some(&first.branch))).await?;
         let row = inner.branch_of(principal, task_id).await?;
         let answer = |already: bool| json!({ "task_id": task_id, "branch": row.branch, "state": "discarded", "already_discarded": already });
         match row.state {
@@ -214,16 +196,6 @@ impl TaskService {
             _ => return Err(not_open(&row, "discarded")),
         }
         let workdir = inner.workdir(principal, &row.workdir_alias)?.clone();
-        let key = crate::store::guards::guard_key(&row.workdir_alias, Some(&row.branch));
-        if let Some(guard) = inner.store.call(move |s| s.get_guard(&key)).await? {
-            return Err(ToolError::new(
-                code::WORKDIR_RECOVERY_REQUIRED,
-                format!(
-                    "branch {} is closed: the stop of task {} is not proven; see `agent-bridge doctor`",
-                    row.branch, guard.task_id
-                ),
-            ));
-        }
         let worktrees = inner.providers.worktrees();
         if row.state == WorktreeState::Kept {
             worktrees.remove(task_id, &workdir.path).await.map_err(|e| {

@@ -173,30 +173,11 @@ impl TaskService {
         let guard_key = guard_key(&workdir.alias, placement.as_ref().map(|p| p.branch.as_str()));
         let lease = if writer {
             inner.reconcile_guard(&guard_key).await?;
-            let leases = inner.leases.clone();
-            let slot = workdir.slot;
-            let origin = placement.as_ref().map(|p| p.origin_task_id.clone());
-            let taken = tokio::task::spawn_blocking(move || match origin {
-                Some(origin) => leases.try_acquire_branch(slot, &origin),
-                None => leases.try_acquire(slot),
-            })
-            .await;
-            match taken {
-                Ok(Ok(lease)) => Some(lease),
-                Ok(Err(LeaseError::Busy)) => {
-                    return Err(ToolError::new(
-                        code::WORKDIR_BUSY,
-                        match &placement {
-                            Some(p) => {
-                                format!("branch {} of workdir {:?} is busy with another task", p.branch, workdir.alias)
-                            }
-                            None => format!("workdir {:?} is busy with another writer", workdir.alias),
-                        },
-                    ));
-                }
-                Ok(Err(e)) => return Err(ToolError::internal("cannot take the writer lease", e)),
-                Err(e) => return Err(ToolError::internal("cannot take the writer lease", e)),
-            }
+            Some(
+                inner
+                    .take_lease(&workdir, placement.as_ref().map(|p| (p.branch.as_str(), p.origin_task_id.as_str())))
+                    .await?,
+            )
         } else {
             None
         };
@@ -384,11 +365,41 @@ pub async fn resolve_cwd(workdir: &Workdir, path: &str) -> Result<std::path::Pat
 }
 
 impl Inner {
+    /// Takes the writer lease of `workdir` (in place), or of a branch of it (`branch`, made by
+    /// the task `origin`); `WORKDIR_BUSY` when another writer holds it.
+    pub(super) async fn take_lease(
+        &self,
+        workdir: &Workdir,
+        branch: Option<(&str, &str)>,
+    ) -> Result<crate::lease::Lease, ToolError> {
+        let (leases, slot) = (self.leases.clone(), workdir.slot);
+        let origin = branch.map(|(_, origin)| origin.to_owned());
+        let taken = tokio::task::spawn_blocking(move || match origin {
+            Some(origin) => leases.try_acquire_branch(slot, &origin),
+            None => leases.try_acquire(slot),
+        })
+        .await;
+        match taken {
+            Ok(Ok(lease)) => Ok(lease),
+            Ok(Err(LeaseError::Busy)) => Err(ToolError::new(
+                code::WORKDIR_BUSY,
+                match branch {
+                    Some((branch, _)) => {
+                        format!("branch {branch} of workdir {:?} is busy with another task", workdir.alias)
+                    }
+                    None => format!("workdir {:?} is busy with another writer", workdir.alias),
+                },
+            )),
+            Ok(Err(e)) => Err(ToolError::internal("cannot take the writer lease", e)),
+            Err(e) => Err(ToolError::internal("cannot take the writer lease", e)),
+        }
+    }
+
     /// Lazy reconciliation at submit of a writer: a guard left by a task whose stop can now be
     /// proven is cleared (the task, if still non-terminal, is interrupted); otherwise the
     /// workdir (or the worktree branch: `alias` is the guard's key) stays closed with
     /// `WORKDIR_RECOVERY_REQUIRED`.
-    async fn reconcile_guard(self: &Arc<Self>, alias: &str) -> Result<(), ToolError> {
+    pub(super) async fn reconcile_guard(self: &Arc<Self>, alias: &str) -> Result<(), ToolError> {
         let a = alias.to_owned();
         let Some(guard) = self.store.call(move |s| s.get_guard(&a)).await? else {
             return Ok(());

@@ -240,21 +240,13 @@ pub fn isolation_view(w: &WorktreeRow) -> Value {
 
 /// An agent branch neither merged nor discarded, for `doctor` and the board: where it is,
 /// which task to hand it back through, and what it holds.
+/// Its task's `isolation` view with where it is.
 pub fn branch_view(w: &WorktreeRow) -> Value {
-    json!({
-        "workdir": w.workdir_alias,
-        "branch": w.branch,
-        "task_id": w.task_id,
-        "state": w.state.as_str(),
-        "reason": w.reason,
-        "base_commit": w.base_commit,
-        "head_commit": w.head_commit,
-        "commits": w.size.map(|z| z.ahead),
-        "files_changed": w.size.map(|z| z.files_changed),
-        "lines_added": w.size.map(|z| z.lines_added),
-        "lines_removed": w.size.map(|z| z.lines_removed),
-        "updated_at": crate::clock::rfc3339(w.updated_at),
-    })
+    let mut view = isolation_view(w);
+    view["workdir"] = json!(w.workdir_alias);
+    view["task_id"] = json!(w.task_id);
+    view["updated_at"] = json!(crate::clock::rfc3339(w.updated_at));
+    view
 }
 
 fn stored_json(text: &str) -> Json<'_> {

@@ -14,7 +14,7 @@ use crate::error::{ToolError, code};
 use crate::model::{Isolation, Profile};
 use crate::provider::worktree::{Created, Start};
 use crate::store::events::NewEvent;
-use crate::store::worktrees::{NewWorktree, WorktreeRow, WorktreeStarted, WorktreeState};
+use crate::store::worktrees::{BranchSize, NewWorktree, WorktreeRow, WorktreeStarted, WorktreeState};
 
 /// Where a submitted writer task works, decided at submit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,6 +247,70 @@ pub(super) async fn create(inner: &Arc<Inner>, task_id: &str, wt: &mut WorktreeJ
     Ok(())
 }
 
+/// What became of a worktree once its task's agent stopped.
+struct Settled {
+    state: WorktreeState,
+    head: Option<String>,
+    reason: Option<String>,
+    size: Option<BranchSize>,
+}
+
+impl Settled {
+    fn kept_or_failed(state: WorktreeState, reason: String) -> Settled {
+        Settled { state, head: None, reason: Some(reason), size: None }
+    }
+}
+
+/// Puts what the agent left in `task_id`'s worktree on `branch` (which it found at `start`,
+/// made from `base`) and removes the worktree; or keeps the worktree and says why.
+async fn put_on_branch(
+    inner: &Arc<Inner>,
+    task_id: &str,
+    checkout: &std::path::Path,
+    branch: &str,
+    (base, start): (&str, &str),
+    message: &str,
+) -> Settled {
+    let worktrees = inner.providers.worktrees();
+    let settled = match worktrees.finish(task_id, checkout, branch, (base, start), message).await {
+        Ok(done) => Settled {
+            state: if done.deleted { WorktreeState::Empty } else { WorktreeState::Open },
+            head: Some(done.head),
+            reason: None,
+            size: Some(done.size),
+        },
+        Err(e) => {
+            let why = format!("its work could not be put on its branch: {}; the worktree is kept", e.message);
+            return Settled::kept_or_failed(WorktreeState::Kept, why);
+        }
+    };
+    if let Err(e) = worktrees.remove(task_id, checkout).await {
+        tracing::warn!(reason = %e.message, "cannot remove a finished task's worktree");
+    }
+    settled
+}
+
+/// Stores what became of `task_id`'s worktree (if its row is in one of `from`) with an event
+/// `event_type` naming `branch`.
+async fn record(inner: &Arc<Inner>, task_id: &str, from: &[WorktreeState], branch: &str, event_type: &str, s: Settled) {
+    let event = NewEvent::new(
+        event_type,
+        json!({ "branch": branch, "state": s.state.as_str(), "head_commit": s.head, "reason": s.reason }),
+    );
+    let (id, now, from) = (task_id.to_owned(), inner.clock.now_ms(), from.to_vec());
+    let stored = inner
+        .store
+        .call(move |st| {
+            st.set_worktree_state(&id, &from, s.state, s.head.as_deref(), s.reason.as_deref(), s.size, now)?;
+            st.append_event(&id, &event, None, now).map(|_| ())
+        })
+        .await;
+    if let Err(e) = stored {
+        tracing::warn!(cause = %e, "cannot record how the task's worktree ended");
+    }
+    inner.changes.notify(task_id);
+}
+
 /// Once the agent has stopped: puts its work on the branch and removes the worktree, or keeps
 /// the worktree and says why. `proven` says whether the agent's stop is proven (if not, nothing
 /// is committed: it may still be writing).
@@ -257,41 +321,14 @@ pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, 
         return;
     };
     let branch = &wt.placement.branch;
-    let worktrees = inner.providers.worktrees();
-    let outcome = if !proven {
-        Err("the agent's stop is not proven: its worktree is kept as it is".to_owned())
-    } else {
+    let settled = if proven {
         let message = format!("agent-bridge: task {task_id}");
-        match worktrees.finish(task_id, &wt.checkout, branch, (&made.base_commit, &made.start_commit), &message).await {
-            Ok(done) => Ok(done),
-            Err(e) => Err(format!("its work could not be put on its branch: {}; the worktree is kept", e.message)),
-        }
+        put_on_branch(inner, task_id, &wt.checkout, branch, (&made.base_commit, &made.start_commit), &message).await
+    } else {
+        let why = "the agent's stop is not proven: its worktree is kept as it is".to_owned();
+        Settled::kept_or_failed(WorktreeState::Kept, why)
     };
-    let (state, head, reason, size) = match &outcome {
-        Ok(done) if done.deleted => (WorktreeState::Empty, Some(done.head.clone()), None, Some(done.size)),
-        Ok(done) => (WorktreeState::Open, Some(done.head.clone()), None, Some(done.size)),
-        Err(why) => (WorktreeState::Kept, None, Some(why.clone()), None),
-    };
-    if outcome.is_ok()
-        && let Err(e) = worktrees.remove(task_id, &wt.checkout).await
-    {
-        tracing::warn!(reason = %e.message, "cannot remove a finished task's worktree");
-    }
-    let event = NewEvent::new(
-        "worktree.finished",
-        json!({ "branch": branch, "state": state.as_str(), "head_commit": head, "reason": reason }),
-    );
-    let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
-    let stored = inner
-        .store
-        .call(move |s| {
-            s.set_worktree_state(&id, &[WorktreeState::Active], state, head.as_deref(), reason.as_deref(), size, now)?;
-            s.append_event(&id, &event, None, now).map(|_| ())
-        })
-        .await;
-    if let Err(e) = stored {
-        tracing::warn!(cause = %e, "cannot record how the task's worktree ended");
-    }
+    record(inner, task_id, &[WorktreeState::Active], branch, "worktree.finished", settled).await;
 }
 
 /// A worktree its runner could not finish — the bridge died under it, or its stop was proven
@@ -301,7 +338,8 @@ pub(super) async fn finish(inner: &Arc<Inner>, task_id: &str, wt: &WorktreeJob, 
 pub(super) async fn recover(inner: &Arc<Inner>, task_id: &str) {
     let id = task_id.to_owned();
     let Ok(Some(row)) = inner.store.call(move |s| s.get_worktree(&id)).await else { return };
-    if !matches!(row.state, WorktreeState::Preparing | WorktreeState::Active | WorktreeState::Kept) {
+    let from = [WorktreeState::Preparing, WorktreeState::Active, WorktreeState::Kept];
+    if !from.contains(&row.state) {
         return;
     }
     let Some(workdir) = inner.config.workdirs.iter().find(|w| w.alias == row.workdir_alias) else {
@@ -309,46 +347,21 @@ pub(super) async fn recover(inner: &Arc<Inner>, task_id: &str) {
         return;
     };
     let worktrees = inner.providers.worktrees();
-    let exists = worktrees.tree_exists(task_id).await;
-    let (state, head, reason, size) = match (&row.base_commit, &row.start_commit, exists) {
+    let settled = match (&row.base_commit, &row.start_commit, worktrees.tree_exists(task_id).await) {
         (Some(base), Some(start), true) => {
             let message = format!("agent-bridge: task {task_id} (recovered)");
-            match worktrees.finish(task_id, &workdir.path, &row.branch, (base, start), &message).await {
-                Ok(done) => {
-                    let state = if done.deleted { WorktreeState::Empty } else { WorktreeState::Open };
-                    (state, Some(done.head), None, Some(done.size))
-                }
-                Err(e) => {
-                    let why = format!("its work could not be put on its branch: {}; the worktree is kept", e.message);
-                    (WorktreeState::Kept, None, Some(why), None)
-                }
-            }
+            put_on_branch(inner, task_id, &workdir.path, &row.branch, (base, start), &message).await
         }
-        _ => (WorktreeState::Failed, None, Some("the bridge stopped before the task's worktree was made".into()), None),
+        _ => {
+            if let Err(e) = worktrees.remove(task_id, &workdir.path).await {
+                tracing::warn!(reason = %e.message, "cannot remove a worktree that was never made whole");
+            }
+            let why = "the bridge stopped before the task's worktree was made".to_owned();
+            Settled::kept_or_failed(WorktreeState::Failed, why)
+        }
     };
-    if state != WorktreeState::Kept
-        && let Err(e) = worktrees.remove(task_id, &workdir.path).await
-    {
-        tracing::warn!(reason = %e.message, "cannot remove a recovered worktree");
-    }
-    let event = NewEvent::new(
-        "worktree.recovered",
-        json!({ "branch": row.branch, "state": state.as_str(), "head_commit": head, "reason": reason }),
-    );
-    let (id, now) = (task_id.to_owned(), inner.clock.now_ms());
-    let from = [WorktreeState::Preparing, WorktreeState::Active, WorktreeState::Kept];
-    let stored = inner
-        .store
-        .call(move |s| {
-            s.set_worktree_state(&id, &from, state, head.as_deref(), reason.as_deref(), size, now)?;
-            s.append_event(&id, &event, None, now).map(|_| ())
-        })
-        .await;
-    match stored {
-        Ok(()) => tracing::info!(task_id, state = state.as_str(), "recovered a worktree"),
-        Err(e) => tracing::warn!(cause = %e, "cannot record a recovered worktree"),
-    }
-    inner.changes.notify(task_id);
+    tracing::info!(task_id, state = settled.state.as_str(), "recovered a worktree");
+    record(inner, task_id, &from, &row.branch, "worktree.recovered", settled).await;
 }
 
 /// At start, once the guards are settled: every worktree whose task no guard holds is
