@@ -38,6 +38,7 @@ mod protocol;
 mod restart;
 mod results;
 mod retention;
+mod runtimes;
 mod smoke;
 mod socket_bounds;
 mod tasks;

@@ -42,7 +42,8 @@ pub enum Cli {
 }
 
 impl Cli {
-    fn name(self) -> &'static str {
+    /// The runtime's name (and its command's).
+    pub fn name(self) -> &'static str {
         match self {
             Cli::Codex => "codex",
             Cli::Claude => "claude",
@@ -128,6 +129,19 @@ impl RealBridge {
     /// [`RealBridge::start`] with more variables in the bridge's environment.
     pub async fn start_with_vars(cli: Cli, extra: &[&str], vars: &[(&str, &str)]) -> Option<RealBridge> {
         let bin = require(cli)?;
+        RealBridge::start_inner(cli, Some(&bin), extra, vars).await
+    }
+
+    /// A bridge configured with no executable for `cli` (neither `SERVERFS_CODEX_BIN` nor
+    /// `SERVERFS_CLAUDE_BIN`): it looks for the CLI on its `PATH`, which is `path` (give it a
+    /// `PATH` in `vars`). `None` when the CLI is not installed here (outside CI), since a test
+    /// of finding it needs it.
+    pub async fn start_unconfigured(cli: Cli, extra: &[&str], vars: &[(&str, &str)]) -> Option<RealBridge> {
+        require(cli)?;
+        RealBridge::start_inner(cli, None, extra, vars).await
+    }
+
+    async fn start_inner(cli: Cli, bin: Option<&Path>, extra: &[&str], vars: &[(&str, &str)]) -> Option<RealBridge> {
         // Outside /tmp: Codex's own sandbox (with Debian's bwrap, which CI installs for the
         // bridge's) does not show a CODEX_HOME under /tmp to its helper, and an operator's
         // homes are not there either.
@@ -152,16 +166,18 @@ impl RealBridge {
             Cli::Codex => {
                 std::fs::write(cli_home.join("config.toml"), responses::codex_config(&server, CODEX_KEY_VAR))
                     .expect("config.toml");
-                options
-                    .with(&format!("SERVERFS_CODEX_BIN={}", bin.display()))
-                    .with(&format!("SERVERFS_CODEX_HOME={}", cli_home.display()))
-                    .var(CODEX_KEY_VAR, "scripted-key")
+                if let Some(bin) = bin {
+                    options = options.with(&format!("SERVERFS_CODEX_BIN={}", bin.display()));
+                }
+                options.with(&format!("SERVERFS_CODEX_HOME={}", cli_home.display())).var(CODEX_KEY_VAR, "scripted-key")
             }
-            Cli::Claude => options
-                .with(&format!("SERVERFS_CLAUDE_BIN={}", bin.display()))
-                .with(&format!("SERVERFS_CLAUDE_CONFIG_DIR={}", cli_home.display()))
-                .var("ANTHROPIC_BASE_URL", &server.url())
-                .var("ANTHROPIC_API_KEY", "scripted-key"),
+            Cli::Claude => match bin {
+                Some(bin) => options.with(&format!("SERVERFS_CLAUDE_BIN={}", bin.display())),
+                None => options,
+            }
+            .with(&format!("SERVERFS_CLAUDE_CONFIG_DIR={}", cli_home.display()))
+            .var("ANTHROPIC_BASE_URL", &server.url())
+            .var("ANTHROPIC_API_KEY", "scripted-key"),
         };
         for line in extra {
             options = options.with(line);

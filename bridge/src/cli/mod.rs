@@ -15,6 +15,7 @@ mod doctor;
 mod leftovers;
 mod notify;
 mod output;
+mod pending;
 mod plans;
 mod tasks;
 

@@ -121,8 +121,8 @@ pub enum TasksCommand {
     Approve {
         /// The task id.
         id: String,
-        /// The request id.
-        request: String,
+        /// The request id (default: the task's pending approval).
+        request: Option<String>,
         /// Approve for the rest of the session instead of once.
         #[arg(long)]
         session: bool,
@@ -134,15 +134,15 @@ pub enum TasksCommand {
     Deny {
         /// The task id.
         id: String,
-        /// The request id.
-        request: String,
+        /// The request id (default: the task's pending approval).
+        request: Option<String>,
     },
     /// Answer a pending question.
     Answer {
         /// The task id.
         id: String,
-        /// The request id.
-        request: String,
+        /// The request id (default: the task's pending question).
+        request: Option<String>,
         /// `QUESTION=OPTION[,OPTION]` (repeatable).
         #[arg(long = "select")]
         selects: Vec<String>,
@@ -300,6 +300,10 @@ pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: boo
             show(json_mode, &v, |v| format!("{} {}", s(&v["task_id"]), s(&v["status"])));
         }
         TasksCommand::Approve { id, request, session, grants } => {
+            let request = match request {
+                Some(request) => request,
+                None => super::pending::request_id(client, &id, "approval").await?,
+            };
             let decision = if session { "approve_session" } else { "approve_once" };
             let grants = if grants.is_empty() { Value::Null } else { json!(grants) };
             let v = call(
@@ -311,6 +315,10 @@ pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: boo
             show(json_mode, &v, |v| format!("{} {}", s(&v["request_id"]), s(&v["decision"])));
         }
         TasksCommand::Deny { id, request } => {
+            let request = match request {
+                Some(request) => request,
+                None => super::pending::request_id(client, &id, "approval").await?,
+            };
             let v = call(
                 client,
                 "respond_agent_approval",
@@ -321,6 +329,10 @@ pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: boo
         }
         TasksCommand::Answer { id, request, selects, texts } => {
             let answers = build_answers(&selects, &texts).map_err(Failure::Usage)?;
+            let request = match request {
+                Some(request) => request,
+                None => super::pending::request_id(client, &id, "question").await?,
+            };
             let v = call(
                 client,
                 "answer_agent_question",
@@ -384,17 +396,10 @@ fn describe_task(v: &Value) -> String {
     }
     let pending = &v["pending_request"];
     if !pending.is_null() {
-        lines.push(format!(
-            "pending   {} {} (expires {})",
-            s(&pending["kind"]),
-            s(&pending["request_id"]),
-            s(&pending["expires_at"])
-        ));
-        let mut shown = pending["payload"].clone();
-        let whole = shown.as_object_mut().and_then(|p| p.remove("full_text"));
-        lines.push(format!("          {shown}"));
+        lines.extend(super::pending::describe(&s(&v["task_id"]), pending));
+        let whole = pending["payload"].get("full_text");
         if pending["payload"]["clipped"] == true {
-            match whole.as_ref().and_then(Value::as_str) {
+            match whole.and_then(Value::as_str) {
                 Some(text) => {
                     let note = if pending["payload"]["full_text_complete"] == true {
                         "clipped for display; the whole request:"

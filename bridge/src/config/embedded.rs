@@ -2,7 +2,7 @@
 //! neither a `.env` nor a rendered config (the quick start).
 
 /// The embedded default: the current directory as the workspace-write workdir `here` with the
-/// `fake` runtime and the `codex` and `claude` CLIs found on `PATH`, every other setting at its
+/// `fake` runtime and the `codex` and `claude` CLIs (when installed), every other setting at its
 /// `.env` default. The one setting taken from the
 /// environment is an explicit `SERVERFS_AGENT_ALLOW_ROOT` (validated like the `.env` key), so a
 /// throwaway container or CI running as root can start the quick start on purpose.
@@ -18,13 +18,10 @@ pub fn embedded_default() -> Result<super::BridgeConfig, String> {
         "WORKDIR_01_READ_ONLY=false".to_owned(),
         "WORKDIR_01_AGENT_MODE=workspace-write".to_owned(),
     ];
-    // The real runtimes the operator has on PATH are offered beside the fake one.
-    let path = std::env::var_os("PATH");
-    let mut runtimes = vec!["fake"];
-    runtimes.extend(
-        ["codex", "claude"].into_iter().filter(|cli| crate::provider::probe::which(cli, path.as_deref()).is_some()),
-    );
-    lines.push(format!("WORKDIR_01_AGENT_RUNTIMES={}", runtimes.join(",")));
+    // Every runtime is allowed: whether one can run is the probe's answer at each submit
+    // (`AGENT_RUNTIME_UNAVAILABLE`, not installed or not logged in), so a CLI installed
+    // after start is usable without a restart.
+    lines.push("WORKDIR_01_AGENT_RUNTIMES=fake,codex,claude".to_owned());
     if let Some(allow_root) = std::env::var_os("SERVERFS_AGENT_ALLOW_ROOT") {
         let allow_root = allow_root.to_str().ok_or("SERVERFS_AGENT_ALLOW_ROOT is not valid UTF-8")?.to_owned();
         lines.push(format!("SERVERFS_AGENT_ALLOW_ROOT={}", quote(&allow_root)));

@@ -194,6 +194,7 @@ fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
     let threshold = reader.positive("SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES", MAX_SPOOLED_RESULT_BYTES);
     let idle_key = "SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS";
     let idle = if reader.effective(idle_key).is_some() { Some(reader.positive(idle_key, MAX_SECONDS)?) } else { None };
+    let retry = reader.positive("SERVERFS_AGENT_PROVIDER_RETRY_TIMEOUT_SECONDS", MAX_SECONDS);
     Some(Limits {
         task_timeout_seconds: task_timeout?,
         interaction_timeout_seconds: interaction?,
@@ -202,6 +203,7 @@ fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
         audit_retention_days: audit_retention?,
         result_spool_threshold_bytes: threshold?,
         event_idle_timeout_seconds: idle,
+        provider_retry_timeout_seconds: retry?,
     })
 }
 
@@ -419,6 +421,7 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
         ("limits.audit_retention_days", limits.audit_retention_days, MAX_HOURS / 24),
         ("limits.result_spool_threshold_bytes", limits.result_spool_threshold_bytes, MAX_SPOOLED_RESULT_BYTES),
         ("limits.event_idle_timeout_seconds", limits.event_idle_timeout_seconds.unwrap_or(1), MAX_SECONDS),
+        ("limits.provider_retry_timeout_seconds", limits.provider_retry_timeout_seconds, MAX_SECONDS),
     ] {
         if value == 0 {
             refusals.push(Some(field), "must be at least 1");

@@ -209,6 +209,12 @@ pub static KEYS: &[KeySpec] = &[
         "Event-idle timeout: longest provider silence, human waits aside, in seconds; empty = off.",
     ),
     ours(
+        "SERVERFS_AGENT_PROVIDER_RETRY_TIMEOUT_SECONDS",
+        Some("120"),
+        Group::Lifecycle,
+        "How long a provider may keep retrying an unreachable model service before its task fails.",
+    ),
+    ours(
         "SERVERFS_AGENT_MODE",
         Some("disabled"),
         Group::Policy,

@@ -307,6 +307,16 @@ pub struct Limits {
     /// `SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS` (unset = off): longest provider silence,
     /// not counting time spent waiting for a human.
     pub event_idle_timeout_seconds: Option<u64>,
+    /// `SERVERFS_AGENT_PROVIDER_RETRY_TIMEOUT_SECONDS` (120): how long a provider may keep
+    /// retrying its model service (no network, the service down) with nothing else happening
+    /// before the task fails with `AGENT_RUNTIME_UNAVAILABLE` (a config rendered before this key
+    /// existed loads with the default).
+    #[serde(default = "default_provider_retry_timeout_seconds")]
+    pub provider_retry_timeout_seconds: u64,
+}
+
+fn default_provider_retry_timeout_seconds() -> u64 {
+    120
 }
 
 impl Default for Limits {
@@ -319,6 +329,7 @@ impl Default for Limits {
             audit_retention_days: default_audit_retention_days(),
             result_spool_threshold_bytes: 262_144,
             event_idle_timeout_seconds: None,
+            provider_retry_timeout_seconds: default_provider_retry_timeout_seconds(),
         }
     }
 }

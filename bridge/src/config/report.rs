@@ -111,6 +111,7 @@ impl fmt::Display for EnvReport {
             Some(seconds) => writeln!(f, "  event-idle timeout:  {seconds} s")?,
             None => writeln!(f, "  event-idle timeout:  off")?,
         }
+        writeln!(f, "  provider retrying:   {} s at most", l.provider_retry_timeout_seconds)?;
         writeln!(f, "mcp-front")?;
         writeln!(f, "  listen:              {}", o.mcp_listen)?;
         writeln!(f, "  max connections:     {}", o.mcp_max_connections)?;

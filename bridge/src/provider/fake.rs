@@ -162,6 +162,7 @@ impl FakeRuntime {
             available: true,
             version: Some(format!("fake/{}", env!("CARGO_PKG_VERSION"))),
             detail: None,
+            reason: None,
             live_steer: true,
             model_override: false,
             model_discovery: "runtime_catalog",

@@ -87,6 +87,8 @@ proptest! {
         let _ = claude::allow(&request, "approve_session");
         let _ = claude::answer(&request, &answers);
         let _ = claude::result_error(&request);
+        let _ = claude::result_code(&request);
+        let _ = claude::api_retry(&request);
     }
 
     #[test]
@@ -206,4 +208,37 @@ fn a_request_clipped_for_display_keeps_its_whole_text() {
     let claude::Permission::Approval(p) = claude::permission(&request).unwrap() else { panic!() };
     assert_eq!((&p["clipped"], &p["full_text_complete"]), (&json!(true), &json!(false)));
     assert!(p["full_text"].as_str().unwrap().len() <= super::events::MAX_FULL_TEXT_BYTES + 4);
+}
+
+/// A failed turn that Claude Code still marks `success` reads as its own text, and a logged-out
+/// CLI is a runtime that cannot work, not a provider error.
+#[test]
+fn claude_failures_read_as_words_and_a_logged_out_cli_is_unavailable() {
+    let logged_out = json!({"type": "result", "subtype": "success", "is_error": true,
+        "result": "Not logged in · Please run /login"});
+    assert_eq!(claude::result_error(&logged_out), "Not logged in · Please run /login");
+    assert_eq!(claude::result_code(&logged_out), "AGENT_RUNTIME_UNAVAILABLE");
+    let turns = json!({"type": "result", "subtype": "error_max_turns", "is_error": true});
+    assert_eq!(claude::result_error(&turns), "claude stopped at its turn limit");
+    assert_eq!(claude::result_code(&turns), "AGENT_PROVIDER_ERROR");
+    let retry = json!({"type": "system", "subtype": "api_retry", "attempt": 3, "max_retries": 10,
+        "retry_delay_ms": 2122, "error_status": null, "error": "unknown"});
+    let event = claude::api_retry(&retry);
+    assert_eq!(event["will_retry"], true);
+    assert_eq!(event["message"], "the model service cannot be reached; retry 3 of 10");
+    let status =
+        json!({"subtype": "api_retry", "attempt": 1, "max_retries": 10, "error_status": 529, "error": "overloaded"});
+    assert_eq!(claude::api_retry(&status)["message"], "the model service failed (HTTP 529: overloaded); retry 1 of 10");
+}
+
+/// `claude auth status` as 2.1.332 prints it, logged out and with an API key; anything else
+/// (an older CLI's usage text) cannot tell and refuses nothing.
+#[test]
+fn claude_login_state_is_read_from_auth_status() {
+    let out = br#"{"loggedIn": false, "authMethod": "none", "apiProvider": "firstParty"}"#;
+    assert!(claude::why_logged_out(out).is_some_and(|w| w.contains("claude auth login")));
+    let key = br#"{"loggedIn": true, "authMethod": "api_key", "apiKeySource": "ANTHROPIC_API_KEY"}"#;
+    assert_eq!(claude::why_logged_out(key), None);
+    assert_eq!(claude::why_logged_out(b"error: unknown command 'auth'"), None);
+    assert_eq!(claude::why_logged_out(b"{}"), None);
 }

@@ -186,6 +186,8 @@ pub struct RuntimeInfo {
     pub version: Option<String>,
     /// Why it is unavailable, when it is.
     pub detail: Option<String>,
+    /// The kind of reason, when it is unavailable.
+    pub reason: Option<probe::Reason>,
     /// Whether steering a running turn is supported.
     pub live_steer: bool,
     /// Whether a task may name a model.
@@ -196,12 +198,13 @@ pub struct RuntimeInfo {
 
 impl RuntimeInfo {
     /// An unavailable runtime with no capabilities.
-    pub fn unavailable(name: RuntimeName, detail: &str) -> RuntimeInfo {
+    pub fn unavailable(name: RuntimeName, reason: probe::Reason, detail: &str) -> RuntimeInfo {
         RuntimeInfo {
             name,
             available: false,
             version: None,
             detail: Some(detail.to_owned()),
+            reason: Some(reason),
             live_steer: false,
             model_override: false,
             model_discovery: "unsupported",
@@ -215,6 +218,7 @@ impl RuntimeInfo {
             "available": self.available,
             "version": self.version,
             "detail": self.detail,
+            "reason": self.reason.map(probe::Reason::as_str),
             "persistent_session": true,
             "live_steer": self.live_steer,
             "interactive_approval": true,
@@ -309,18 +313,27 @@ impl Providers {
             let home = config.state_dir.join("runtimes").join("fake");
             fake::FakeRuntime::new(self_exe, home, base_env.clone(), containment.clone(), config.fake_exec)
         });
-        let found = |binary: &crate::config::RuntimeBinary, name: &str| {
-            let mut binary = binary.clone();
-            if binary.bin.is_none() {
-                binary.bin = probe::which(name, base_env.get("PATH"));
-            }
-            binary
+        // A runtime that is not configured is looked up on PATH at each probe: one installed
+        // after start is seen without a restart.
+        let locate = |binary: &crate::config::RuntimeBinary, name: &'static str| match &binary.bin {
+            Some(bin) => probe::Locator::Configured(bin.clone()),
+            None => probe::Locator::OnPath { name, path: base_env.get("PATH").map(ToOwned::to_owned) },
         };
-        let codex = codex::CodexRuntime::new(&found(&config.codex, "codex"), base_env.clone(), containment.clone());
+        let codex = codex::CodexRuntime::new(
+            locate(&config.codex, "codex"),
+            config.codex.home.clone(),
+            base_env.clone(),
+            containment.clone(),
+        );
         let git = probe::which("git", base_env.get("PATH"));
         let snapshots = snapshot::Snapshots::new(git.clone(), containment.clone());
         let worktrees = worktree::Worktrees::new(git, containment.clone(), &config.state_dir);
-        let claude = claude::ClaudeRuntime::new(&found(&config.claude, "claude"), base_env, containment.clone());
+        let claude = claude::ClaudeRuntime::new(
+            locate(&config.claude, "claude"),
+            config.claude.home.clone(),
+            base_env,
+            containment.clone(),
+        );
         Providers { fake, codex, claude, containment, snapshots, worktrees }
     }
 
@@ -344,7 +357,11 @@ impl Providers {
         match runtime {
             RuntimeName::Fake => match &self.fake {
                 Some(fake) => fake.info(),
-                None => RuntimeInfo::unavailable(runtime, "the fake runtime is not enabled"),
+                None => RuntimeInfo::unavailable(
+                    runtime,
+                    probe::Reason::Disabled,
+                    "the fake runtime is not enabled (SERVERFS_AGENT_ENABLE_FAKE_RUNTIME)",
+                ),
             },
             RuntimeName::Codex => self.codex.info().await,
             RuntimeName::Claude => self.claude.info().await,

@@ -1,4 +1,6 @@
-//! Runtime availability: `<bin> --version` with a timeout, cached briefly, never inference.
+//! Runtime availability: where the CLI is (configured, or looked up on `PATH` at each probe, so
+//! a CLI installed after start is seen), `<bin> --version` with a timeout, and — where the CLI
+//! can tell without inference — whether it is logged in; cached briefly.
 //!
 //! The probe runs through [`process::spawn`](super::process::spawn) like any provider child
 //! (own group, decided environment, a `probe-…` marker) and is stopped with the same ladder.
@@ -15,36 +17,102 @@ use super::tether::SpawnKind;
 
 /// How long a version probe may run.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a probe result is reused.
+/// How long a working runtime's probe is reused.
 pub const PROBE_TTL: Duration = Duration::from_secs(30);
+/// How long a failed probe is reused: short, so a fix (a login, an install) is seen soon.
+pub const FAILED_PROBE_TTL: Duration = Duration::from_secs(3);
+
+/// Why a runtime cannot be used, as `list_agent_runtimes` names it (`reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// No executable: not configured and not on `PATH`, or the configured path is not a file.
+    NotInstalled,
+    /// The executable does not answer `--version` as the CLI does.
+    NotWorking,
+    /// The CLI says it is not logged in (and its configuration needs a login).
+    NotLoggedIn,
+    /// The bridge's configuration does not enable it (the fake runtime).
+    Disabled,
+}
+
+impl Reason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotInstalled => "not_installed",
+            Reason::NotWorking => "not_working",
+            Reason::NotLoggedIn => "not_logged_in",
+            Reason::Disabled => "disabled",
+        }
+    }
+}
 
 /// What a probe found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Probed {
-    /// The CLI answered with this version.
+    /// The CLI answered with this version (and, where it can tell, is logged in).
     Version(String),
-    /// It cannot be used, and why.
-    Unavailable(String),
+    /// It cannot be used: why, and in words.
+    Unavailable(Reason, String),
 }
 
-/// A cached probe of one executable.
+/// Where a runtime's executable is.
+#[derive(Debug, Clone)]
+pub enum Locator {
+    /// An absolute path from the configuration (`SERVERFS_CODEX_BIN` / `SERVERFS_CLAUDE_BIN`).
+    Configured(PathBuf),
+    /// The first executable `name` on the bridge's `PATH`, looked up again at each probe.
+    OnPath {
+        /// The command's name.
+        name: &'static str,
+        /// The `PATH` the bridge's children get.
+        path: Option<OsString>,
+    },
+}
+
+impl Locator {
+    /// The executable now, or `None` when `PATH` has none.
+    pub async fn resolve(&self) -> Option<PathBuf> {
+        match self {
+            Locator::Configured(bin) => Some(bin.clone()),
+            Locator::OnPath { name, path } => {
+                let (name, path) = (*name, path.clone());
+                tokio::task::spawn_blocking(move || which(name, path.as_deref())).await.ok().flatten()
+            }
+        }
+    }
+
+    /// Why there is no executable, in words an operator can act on.
+    pub fn missing(&self, install: &str, key: &str) -> String {
+        match self {
+            Locator::Configured(_) => format!("the configured executable ({key}) is missing"),
+            Locator::OnPath { name, .. } => {
+                format!("not installed: no `{name}` on the bridge's PATH (install it with `{install}`, or set {key})")
+            }
+        }
+    }
+}
+
+/// A cached probe of one runtime.
 #[derive(Debug, Default)]
 pub struct ProbeCache {
-    last: tokio::sync::Mutex<Option<(Instant, Probed)>>,
+    last: tokio::sync::Mutex<Option<(Instant, PathBuf, Probed)>>,
 }
 
 impl ProbeCache {
-    /// The cached result, or a fresh probe when the cache is older than [`PROBE_TTL`]. One
+    /// The cached result for `bin`, or a fresh `probe` when the cache is older than its TTL
+    /// ([`PROBE_TTL`], [`FAILED_PROBE_TTL`] for a failure) or was for another executable. One
     /// probe runs at a time; concurrent callers wait for it.
-    pub async fn get(&self, bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str) -> Option<String>) -> Probed {
+    pub async fn get(&self, bin: &Path, probe: impl AsyncFnOnce() -> Probed) -> Probed {
         let mut last = self.last.lock().await;
-        if let Some((at, probed)) = last.as_ref()
-            && at.elapsed() < PROBE_TTL
-        {
-            return probed.clone();
+        if let Some((at, probed_bin, probed)) = last.as_ref() {
+            let ttl = if matches!(probed, Probed::Version(_)) { PROBE_TTL } else { FAILED_PROBE_TTL };
+            if probed_bin == bin && at.elapsed() < ttl {
+                return probed.clone();
+            }
         }
-        let probed = version(bin, env, parse).await;
-        *last = Some((Instant::now(), probed.clone()));
+        let probed = probe().await;
+        *last = Some((Instant::now(), bin.to_owned(), probed.clone()));
         probed
     }
 }
@@ -55,17 +123,18 @@ static PROBES: AtomicU64 = AtomicU64::new(0);
 /// (callers read it in `list_agent_runtimes`); the full text goes to the bridge's log.
 pub async fn version(bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str) -> Option<String>) -> Probed {
     match version_unredacted(bin, env, parse).await {
-        Probed::Unavailable(why) => {
+        Probed::Unavailable(reason, why) => {
             tracing::info!(detail = ?why, "a runtime is unavailable");
-            Probed::Unavailable(super::io::without_host_paths(&why))
+            Probed::Unavailable(reason, super::io::without_host_paths(&why))
         }
         version => version,
     }
 }
 
 async fn version_unredacted(bin: &Path, env: Vec<(OsString, OsString)>, parse: fn(&str) -> Option<String>) -> Probed {
+    let broken = |why: String| Probed::Unavailable(Reason::NotWorking, why);
     if !bin.is_absolute() {
-        return Probed::Unavailable(format!("{} is not an absolute path", bin.display()));
+        return broken(format!("{} is not an absolute path", bin.display()));
     }
     let path = bin.to_owned();
     #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
@@ -74,18 +143,18 @@ async fn version_unredacted(bin: &Path, env: Vec<(OsString, OsString)>, parse: f
         .unwrap_or_else(|e| Err(std::io::Error::other(e)));
     match metadata {
         Ok(m) if m.is_file() => {}
-        Ok(_) => return Probed::Unavailable(format!("{} is not a file", bin.display())),
-        Err(e) => return Probed::Unavailable(format!("{}: {e}", bin.display())),
+        Ok(_) => return Probed::Unavailable(Reason::NotInstalled, format!("{} is not a file", bin.display())),
+        Err(e) => return Probed::Unavailable(Reason::NotInstalled, format!("{}: {e}", bin.display())),
     }
     let out = match output(bin, &["--version"], env, Path::new("/"), 4096).await {
         Ok(out) => out,
-        Err(why) => return Probed::Unavailable(why),
+        Err(why) => return broken(why),
     };
     let text = String::from_utf8_lossy(&out.0);
     let first = text.lines().next().unwrap_or("").trim();
     match (parse(first), out.1) {
         (Some(v), Some(0)) => Probed::Version(v),
-        _ => Probed::Unavailable(format!(
+        _ => broken(format!(
             "`{} --version` answered {:?} (exit {:?})",
             bin.display(),
             super::io::clip(first, 120),
@@ -214,12 +283,12 @@ mod tests {
     #[tokio::test]
     async fn a_missing_or_silent_binary_is_unavailable() {
         let missing = version(Path::new("/nonexistent/codex"), Vec::new(), parse_codex).await;
-        assert!(matches!(missing, Probed::Unavailable(_)));
+        assert!(matches!(missing, Probed::Unavailable(Reason::NotInstalled, _)));
         let relative = version(Path::new("codex"), Vec::new(), parse_codex).await;
-        assert!(matches!(relative, Probed::Unavailable(ref m) if m.contains("absolute")));
+        assert!(matches!(relative, Probed::Unavailable(Reason::NotWorking, ref m) if m.contains("absolute")));
         // `/bin/true --version` exits 0 but says nothing a version parser accepts.
         let wrong = version(Path::new("/bin/true"), Vec::new(), parse_codex).await;
-        assert!(matches!(wrong, Probed::Unavailable(_)), "{wrong:?}");
+        assert!(matches!(wrong, Probed::Unavailable(Reason::NotWorking, _)), "{wrong:?}");
     }
 
     /// A failing child's reason is on stderr, which can still be unread when its stdout ends

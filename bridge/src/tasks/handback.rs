@@ -148,8 +148,8 @@ impl TaskService {
         }
         // The merge writes the user's checkout: it is an in-place writer for that moment, under
         // the same rules as one (a guard cleared on proof, else the workdir stays closed).
-        inner.reconcile_guard(&workdir.alias).await?;
-        let lease = inner.take_lease(&workdir, None).await?;
+        inner.reconcile_guard(principal, &workdir.alias).await?;
+        let lease = inner.take_lease(principal, &workdir, None).await?;
         let Some(head) = row.head_commit.clone() else { return Err(not_open(&row, "merged")) };
         let message = match strategy {
             Strategy::Squash => {
@@ -187,7 +187,9 @@ impl TaskService {
         let _serial = inner.hand_back_lock.lock().await;
         let first = inner.branch_of(principal, task_id).await?;
         // A guard on the branch clears on proof (finishing a kept worktree) or refuses.
-        inner.reconcile_guard(&crate::store::guards::guard_key(&first.workdir_alias, Some(&first.branch))).await?;
+        inner
+            .reconcile_guard(principal, &crate::store::guards::guard_key(&first.workdir_alias, Some(&first.branch)))
+            .await?;
         let row = inner.branch_of(principal, task_id).await?;
         let answer = |already: bool| json!({ "task_id": task_id, "branch": row.branch, "state": "discarded", "already_discarded": already });
         match row.state {

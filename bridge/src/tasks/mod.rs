@@ -22,6 +22,7 @@ use crate::store::Store;
 use crate::store::tasks::TaskRow;
 
 pub mod accounting;
+mod busy;
 pub mod changes;
 pub mod diffs;
 mod ending;
@@ -36,6 +37,7 @@ pub mod paths;
 pub mod recovery;
 pub mod redact;
 pub mod results;
+mod retrying;
 mod runner;
 mod status;
 mod submit;

@@ -114,7 +114,8 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     (ending, Some(proof))
 }
 
-/// The main loop: provider events, caller controls, cancellation and the two deadlines.
+/// The main loop: provider events, caller controls, cancellation, the two deadlines and the
+/// bounds on a silent or endlessly retrying provider.
 async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> Ending {
     let inner = Arc::clone(&job.inner);
     let task_id = job.task.task_id.clone();
@@ -123,6 +124,8 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
     let mut pending: Option<Pending> = None;
     let idle_limit = inner.config.limits.event_idle_timeout_seconds.map(Duration::from_secs);
     let mut last_event = tokio::time::Instant::now();
+    let mut retries =
+        super::retrying::RetryWatch::new(Duration::from_secs(inner.config.limits.provider_retry_timeout_seconds));
     loop {
         let expiry = pending
             .as_ref()
@@ -130,6 +133,7 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
             .map(|p| inner.clock.instant_at(p.expires_at));
         // Provider silence counts only while nobody is waiting for a human.
         let idle_at = idle_limit.filter(|_| pending.is_none()).map(|limit| last_event + limit);
+        let retry_at = retries.deadline();
         tokio::select! {
             biased;
             _ = job.cancel.cancelled() => {
@@ -176,6 +180,9 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                     message: format!("the provider sent nothing for {seconds} s (SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS)"),
                 };
             }
+            _ = async { tokio::time::sleep_until(retry_at.unwrap_or(deadline)).await }, if retry_at.is_some() => {
+                return Ending::Failed { code: code::AGENT_RUNTIME_UNAVAILABLE, message: retries.message(job.runtime.as_str()) };
+            }
             event = session.next_event() => {
                 last_event = tokio::time::Instant::now();
                 let Some(event) = event else {
@@ -196,12 +203,15 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                         }
                     }
                     ProviderEvent::Event { event_type, payload } => {
+                        retries.observe(&event_type, &payload);
                         record(&inner, &task_id, redactor, &event_type, payload, true).await;
                     }
                     ProviderEvent::Approval { native_id, payload } => {
+                        retries.progressed();
                         pending = open(&inner, &task_id, redactor, InteractionKind::Approval, native_id, payload, job.task.deadline_at, &commands).await;
                     }
                     ProviderEvent::Question { native_id, payload } => {
+                        retries.progressed();
                         pending = open(&inner, &task_id, redactor, InteractionKind::Question, native_id, payload, job.task.deadline_at, &commands).await;
                     }
                     ProviderEvent::Withdrawn { native_id } => {
@@ -217,6 +227,9 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                     ProviderEvent::Usage(usage) => super::accounting::record_usage(&inner, &task_id, usage).await,
                     ProviderEvent::Finished(TurnOutcome::Completed(text)) => return Ending::Completed(text),
                     ProviderEvent::Finished(TurnOutcome::Failed { code, message }) => {
+                        // A provider that gave up while retrying its model service failed for
+                        // want of the service, whatever it calls that.
+                        let (code, message) = retries.gave_up(job.runtime.as_str(), code, &message);
                         return Ending::Failed { code, message: redactor.text(&message) };
                     }
                     ProviderEvent::Finished(TurnOutcome::Interrupted) => {

@@ -172,10 +172,14 @@ impl TaskService {
         // An in-place writer holds the workdir; a worktree task holds its branch.
         let guard_key = guard_key(&workdir.alias, placement.as_ref().map(|p| p.branch.as_str()));
         let lease = if writer {
-            inner.reconcile_guard(&guard_key).await?;
+            inner.reconcile_guard(principal, &guard_key).await?;
             Some(
                 inner
-                    .take_lease(&workdir, placement.as_ref().map(|p| (p.branch.as_str(), p.origin_task_id.as_str())))
+                    .take_lease(
+                        principal,
+                        &workdir,
+                        placement.as_ref().map(|p| (p.branch.as_str(), p.origin_task_id.as_str())),
+                    )
                     .await?,
             )
         } else {
@@ -368,7 +372,8 @@ impl Inner {
     /// Takes the writer lease of `workdir` (in place), or of a branch of it (`branch`, made by
     /// the task `origin`); `WORKDIR_BUSY` when another writer holds it.
     pub(super) async fn take_lease(
-        &self,
+        self: &Arc<Self>,
+        principal: &Principal,
         workdir: &Workdir,
         branch: Option<(&str, &str)>,
     ) -> Result<crate::lease::Lease, ToolError> {
@@ -381,15 +386,14 @@ impl Inner {
         .await;
         match taken {
             Ok(Ok(lease)) => Ok(lease),
-            Ok(Err(LeaseError::Busy)) => Err(ToolError::new(
-                code::WORKDIR_BUSY,
-                match branch {
-                    Some((branch, _)) => {
-                        format!("branch {branch} of workdir {:?} is busy with another task", workdir.alias)
-                    }
-                    None => format!("workdir {:?} is busy with another writer", workdir.alias),
-                },
-            )),
+            Ok(Err(LeaseError::Busy)) => {
+                let key = guard_key(&workdir.alias, branch.map(|(b, _)| b));
+                let what = match branch {
+                    Some((branch, _)) => format!("branch {branch} of workdir {:?}", workdir.alias),
+                    None => format!("workdir {:?}", workdir.alias),
+                };
+                Err(super::busy::busy(self, principal, &key, &what).await)
+            }
             Ok(Err(e)) => Err(ToolError::internal("cannot take the writer lease", e)),
             Err(e) => Err(ToolError::internal("cannot take the writer lease", e)),
         }
@@ -399,14 +403,18 @@ impl Inner {
     /// proven is cleared (the task, if still non-terminal, is interrupted); otherwise the
     /// workdir (or the worktree branch: `alias` is the guard's key) stays closed with
     /// `WORKDIR_RECOVERY_REQUIRED`.
-    pub(super) async fn reconcile_guard(self: &Arc<Self>, alias: &str) -> Result<(), ToolError> {
+    pub(super) async fn reconcile_guard(self: &Arc<Self>, principal: &Principal, alias: &str) -> Result<(), ToolError> {
         let a = alias.to_owned();
         let Some(guard) = self.store.call(move |s| s.get_guard(&a)).await? else {
             return Ok(());
         };
         let live = self.active.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&guard.task_id);
         if live {
-            return Err(ToolError::new(code::WORKDIR_BUSY, format!("workdir {alias:?} is busy with another writer")));
+            let what = match alias.split_once('@') {
+                Some((workdir, branch)) => format!("branch {branch} of workdir {workdir:?}"),
+                None => format!("workdir {alias:?}"),
+            };
+            return Err(super::busy::busy(self, principal, alias, &what).await);
         }
         if self.try_clear_guard(&guard, crate::error::code::AGENT_PROVIDER_INACTIVE).await {
             Ok(())

@@ -127,6 +127,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
          SERVERFS_AGENT_TASK_RETENTION_HOURS=24\n\
          SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES=8388608\n\
          SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS=900\n\
+         SERVERFS_AGENT_PROVIDER_RETRY_TIMEOUT_SECONDS=45\n\
          SERVERFS_AGENT_MODE=review\n\
          SERVERFS_AGENT_RUNTIMES=codex, claude\n\
          SERVERFS_AGENT_BRIDGE_SOCKET=/run/agent-bridge/bridge.sock\n\
@@ -177,6 +178,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
             audit_retention_days: 90,
             result_spool_threshold_bytes: 8_388_608,
             event_idle_timeout_seconds: Some(900),
+            provider_retry_timeout_seconds: 45,
         },
         mcp_auth: McpAuth {
             mode: McpAuthMode::None,
@@ -406,6 +408,7 @@ fn lifecycle_limits_are_strict_positive_integers() -> TestResult {
         ("SERVERFS_AGENT_TASK_RETENTION_HOURS=+168", "not a positive whole number"),
         ("SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES=8388609", "at most 8388608"),
         ("SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS=0", "at least 1"),
+        ("SERVERFS_AGENT_PROVIDER_RETRY_TIMEOUT_SECONDS=0", "at least 1"),
         ("SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS=abc", "not a positive whole number"),
     ];
     assert_own_key_refused(&fixture, &cases);

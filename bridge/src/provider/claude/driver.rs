@@ -154,6 +154,9 @@ impl Driver {
             }
             "system" => {
                 let session = msg.get("session_id").and_then(Value::as_str).filter(|s| !s.is_empty());
+                if msg.get("subtype").and_then(Value::as_str) == Some("api_retry") {
+                    self.event(events::PROVIDER_ERROR, map::api_retry(&msg)).await;
+                }
                 if msg.get("subtype").and_then(Value::as_str) == Some("init") {
                     state.model = msg.get("model").and_then(Value::as_str).map(str::to_owned);
                 }
@@ -206,7 +209,7 @@ impl Driver {
                 } else if ok {
                     TurnOutcome::Completed(msg.get("result").and_then(Value::as_str).unwrap_or("").to_owned())
                 } else {
-                    TurnOutcome::Failed { code: code::AGENT_PROVIDER_ERROR, message: map::result_error(&msg) }
+                    TurnOutcome::Failed { code: map::result_code(&msg), message: map::result_error(&msg) }
                 });
             }
             _ => {}

@@ -250,18 +250,60 @@ pub fn answer(request: &Value, answers: &Value) -> Value {
     json!({ "behavior": "allow", "updatedInput": updated })
 }
 
-/// Why a `result` that is not a success ended the turn.
+/// Why a `result` that is not a success ended the turn, in words: the CLI's own text when it
+/// gave one (a failed turn may still carry the subtype `success`, which is not repeated), the
+/// subtype spelled out otherwise.
 pub fn result_error(result: &Value) -> String {
     let errors: Vec<&str> = result
         .get("errors")
         .and_then(Value::as_array)
         .map(|e| e.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let detail = errors.first().copied().or_else(|| s(result, "result")).unwrap_or("");
-    let subtype = s(result, "subtype").unwrap_or("error");
-    if detail.is_empty() {
-        clip(&format!("claude ended the turn with {subtype}"), 2000)
+    let detail = errors.first().copied().or_else(|| s(result, "result")).unwrap_or("").trim();
+    let subtype = match s(result, "subtype").unwrap_or("") {
+        "error_max_turns" => "claude stopped at its turn limit",
+        "error_max_budget_usd" => "claude stopped at its spending limit",
+        "error_during_execution" => "claude failed while running the turn",
+        _ => "claude ended the turn with an error",
+    };
+    if detail.is_empty() { clip(subtype, 2000) } else { clip(detail, 2000) }
+}
+
+/// The code a failed `result` ends the task with: `AGENT_RUNTIME_UNAVAILABLE` when Claude Code
+/// says it is not logged in (the runtime cannot work until someone logs in),
+/// `AGENT_PROVIDER_ERROR` otherwise.
+pub fn result_code(result: &Value) -> &'static str {
+    let text = s(result, "result").unwrap_or("");
+    if text.contains("Not logged in") || text.contains("/login") || text.contains("Invalid API key") {
+        crate::error::code::AGENT_RUNTIME_UNAVAILABLE
     } else {
-        clip(&format!("{subtype}: {detail}"), 2000)
+        crate::error::code::AGENT_PROVIDER_ERROR
     }
+}
+
+/// A `system` message of subtype `api_retry` (Claude Code retries a failed request to its
+/// model service) as a `provider.error` that will be retried.
+pub fn api_retry(msg: &Value) -> Value {
+    let attempt = msg.get("attempt").and_then(Value::as_u64).unwrap_or(0);
+    let max = msg.get("max_retries").and_then(Value::as_u64).unwrap_or(0);
+    let why = s(msg, "error").filter(|e| !e.is_empty() && *e != "unknown");
+    let status = msg.get("error_status").and_then(Value::as_u64);
+    let message = match (why, status) {
+        (Some(why), Some(status)) => {
+            format!("the model service failed (HTTP {status}: {why}); retry {attempt} of {max}")
+        }
+        (Some(why), None) => format!("the model service failed ({why}); retry {attempt} of {max}"),
+        (None, Some(status)) => format!("the model service failed (HTTP {status}); retry {attempt} of {max}"),
+        (None, None) => format!("the model service cannot be reached; retry {attempt} of {max}"),
+    };
+    json!({ "message": clip(&message, 2000), "will_retry": true })
+}
+
+/// Why Claude Code is not logged in, from the JSON `claude auth status` prints: `Some` when it
+/// says `loggedIn: false`; `None` when logged in or the output is not that JSON.
+pub fn why_logged_out(status: &[u8]) -> Option<String> {
+    let status: Value = serde_json::from_slice(status).ok()?;
+    (status.get("loggedIn")? == &Value::Bool(false)).then(|| {
+        "not logged in: run `claude auth login` as the bridge's user, or give the bridge ANTHROPIC_API_KEY".to_owned()
+    })
 }

@@ -26,7 +26,7 @@ use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
 use super::tether::SpawnKind;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
-use crate::config::{RuntimeBinary, RuntimeName};
+use crate::config::RuntimeName;
 use crate::error::code;
 use crate::model::Profile;
 
@@ -39,7 +39,7 @@ mod models;
 /// The Claude Code runtime.
 #[derive(Debug, Clone)]
 pub struct ClaudeRuntime {
-    bin: Option<PathBuf>,
+    bin: probe::Locator,
     home: Option<PathBuf>,
     base_env: BaseEnv,
     probe: Arc<ProbeCache>,
@@ -105,16 +105,14 @@ pub(super) fn endpoints(env: &[(OsString, OsString)]) -> Vec<crate::egress::Rule
 }
 
 impl ClaudeRuntime {
-    /// From the configured binary (already resolved by the caller when it was found on PATH).
-    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv, containment: Containment) -> ClaudeRuntime {
-        ClaudeRuntime {
-            bin: binary.bin.clone(),
-            home: binary.home.clone(),
-            base_env,
-            probe: Arc::default(),
-            containment,
-            catalog: Arc::default(),
-        }
+    /// From where its executable is and its config dir (`SERVERFS_CLAUDE_CONFIG_DIR`).
+    pub fn new(
+        bin: probe::Locator,
+        home: Option<PathBuf>,
+        base_env: BaseEnv,
+        containment: Containment,
+    ) -> ClaudeRuntime {
+        ClaudeRuntime { bin, home, base_env, probe: Arc::default(), containment, catalog: Arc::default() }
     }
 
     fn env(&self) -> Vec<(OsString, OsString)> {
@@ -129,28 +127,53 @@ impl ClaudeRuntime {
         env
     }
 
-    /// Availability and version (cached briefly).
+    /// Availability, version and login (cached briefly).
     pub async fn info(&self) -> RuntimeInfo {
-        let mut info =
-            RuntimeInfo::unavailable(RuntimeName::Claude, "no executable is configured (SERVERFS_CLAUDE_BIN)");
+        let missing = self.bin.missing("npm install -g @anthropic-ai/claude-code", "SERVERFS_CLAUDE_BIN");
+        let mut info = RuntimeInfo::unavailable(RuntimeName::Claude, probe::Reason::NotInstalled, &missing);
         info.model_override = true;
-        let Some(bin) = &self.bin else { return info };
+        let Some(bin) = self.bin.resolve().await else { return info };
         info.model_discovery = "runtime_catalog";
-        match self.probe.get(bin, self.env(), probe::parse_claude).await {
+        let probed = self
+            .probe
+            .get(&bin, async || match probe::version(&bin, self.env(), probe::parse_claude).await {
+                Probed::Version(v) => match self.logged_out(&bin).await {
+                    Some(why) => Probed::Unavailable(probe::Reason::NotLoggedIn, why),
+                    None => Probed::Version(v),
+                },
+                failed => failed,
+            })
+            .await;
+        match probed {
             Probed::Version(v) => {
                 info.available = true;
                 info.version = Some(v);
                 info.detail = None;
+                info.reason = None;
             }
-            Probed::Unavailable(why) => info.detail = Some(why),
+            Probed::Unavailable(reason, why) => {
+                info.reason = Some(reason);
+                info.detail = Some(why);
+            }
         }
         info
+    }
+
+    /// Why Claude Code cannot work for want of a login, when `claude auth status` says so (it
+    /// reads its credentials and environment; no inference); `None` when it is logged in or
+    /// cannot tell (a CLI without the command).
+    async fn logged_out(&self, bin: &std::path::Path) -> Option<String> {
+        let (out, _) = probe::output(bin, &["auth", "status"], self.env(), std::path::Path::new("/"), 64 * 1024)
+            .await
+            .map_err(|why| tracing::info!(cause = %why, "claude could not tell whether it is logged in"))
+            .ok()?;
+        map::why_logged_out(&out)
     }
 
     /// Spawns `claude -p …` in the task's cwd; the handshake and the prompt go through the
     /// session's driver.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
-        let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("claude"))?;
+        let bin = self.bin.resolve().await.ok_or_else(|| StartError::unavailable("claude"))?;
         let env = self.env();
         let env_for_rules = env.clone();
         let home = super::env::runtime_home(&env, "CLAUDE_CONFIG_DIR", ".claude");

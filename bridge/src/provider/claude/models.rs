@@ -46,7 +46,7 @@ pub fn catalog(response: &Value) -> Result<Vec<Value>, String> {
 impl ClaudeRuntime {
     /// Asks a listing child for the catalog; the child is stopped with proof either way.
     pub(super) async fn list(&self) -> Result<Vec<Value>, String> {
-        let bin = self.bin.clone().ok_or("no executable is configured (SERVERFS_CLAUDE_BIN)")?;
+        let bin = self.bin.resolve().await.ok_or("claude is not installed")?;
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| std::path::PathBuf::from("/"));
         let marker = self.containment.helper_marker("models-claude");
         let env = self.env();

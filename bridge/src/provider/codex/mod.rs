@@ -24,9 +24,10 @@ use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
 use super::tether::SpawnKind;
 use super::{RuntimeInfo, Session, StartError, StartSpec};
-use crate::config::{RuntimeBinary, RuntimeName};
+use crate::config::RuntimeName;
 use crate::error::code;
 
+mod account;
 mod driver;
 #[cfg(test)]
 mod driver_tests;
@@ -49,7 +50,7 @@ pub const CONFIG_OVERRIDES: [&str; 5] = [
 /// The Codex runtime.
 #[derive(Debug, Clone)]
 pub struct CodexRuntime {
-    bin: Option<PathBuf>,
+    bin: probe::Locator,
     home: Option<PathBuf>,
     base_env: BaseEnv,
     probe: Arc<ProbeCache>,
@@ -100,16 +101,14 @@ fn base_urls(toml: &str) -> Vec<String> {
 }
 
 impl CodexRuntime {
-    /// From the configured binary (already resolved by the caller when it was found on PATH).
-    pub fn new(binary: &RuntimeBinary, base_env: BaseEnv, containment: Containment) -> CodexRuntime {
-        CodexRuntime {
-            containment,
-            bin: binary.bin.as_deref().map(native_binary),
-            home: binary.home.clone(),
-            base_env,
-            probe: Arc::default(),
-            catalog: Arc::default(),
-        }
+    /// From where its executable is and its home (`SERVERFS_CODEX_HOME`).
+    pub fn new(
+        bin: probe::Locator,
+        home: Option<PathBuf>,
+        base_env: BaseEnv,
+        containment: Containment,
+    ) -> CodexRuntime {
+        CodexRuntime { containment, bin, home, base_env, probe: Arc::default(), catalog: Arc::default() }
     }
 
     fn env(&self) -> Vec<(OsString, OsString)> {
@@ -131,22 +130,67 @@ impl CodexRuntime {
         args
     }
 
-    /// Availability and version (cached briefly).
+    /// The executable to run now (the native binary behind an npm launcher), or `None` when
+    /// there is none.
+    async fn locate(&self) -> Option<PathBuf> {
+        let bin = self.bin.resolve().await?;
+        tokio::task::spawn_blocking(move || native_binary(&bin)).await.ok()
+    }
+
+    /// Availability, version and login (cached briefly).
     pub async fn info(&self) -> RuntimeInfo {
-        let mut info = RuntimeInfo::unavailable(RuntimeName::Codex, "no executable is configured (SERVERFS_CODEX_BIN)");
+        let missing = self.bin.missing("npm install -g @openai/codex", "SERVERFS_CODEX_BIN");
+        let mut info = RuntimeInfo::unavailable(RuntimeName::Codex, probe::Reason::NotInstalled, &missing);
         info.live_steer = true;
         info.model_override = true;
         info.model_discovery = "runtime_catalog";
-        let Some(bin) = &self.bin else { return info };
-        match self.probe.get(bin, self.env(), probe::parse_codex).await {
+        let Some(bin) = self.locate().await else { return info };
+        let probed = self
+            .probe
+            .get(&bin, async || match probe::version(&bin, self.env(), probe::parse_codex).await {
+                Probed::Version(v) => match self.logged_out(&bin).await {
+                    Some(why) => Probed::Unavailable(probe::Reason::NotLoggedIn, why),
+                    None => Probed::Version(v),
+                },
+                failed => failed,
+            })
+            .await;
+        match probed {
             Probed::Version(v) => {
                 info.available = true;
                 info.version = Some(v);
                 info.detail = None;
+                info.reason = None;
             }
-            Probed::Unavailable(why) => info.detail = Some(why),
+            Probed::Unavailable(reason, why) => {
+                info.reason = Some(reason);
+                info.detail = Some(why);
+            }
         }
         info
+    }
+
+    /// Why Codex cannot work for want of a login, when its app-server says so (`account/read`:
+    /// its configured provider needs an OpenAI login and it has none); `None` when it is logged
+    /// in, needs no login, or cannot tell.
+    async fn logged_out(&self, bin: &Path) -> Option<String> {
+        let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
+        let marker = format!("probe-codex-{}", crate::ids::request_id());
+        let (session, rpc, ch) = self.spawn_child(bin, &marker, &cwd, None, None, false).await.ok()?;
+        drop(ch);
+        let read = account::logged_out(&rpc).await;
+        drop(rpc);
+        let proof = session.stop(Duration::from_secs(2)).await;
+        if !proof.proven() {
+            tracing::warn!(?proof, "the codex login-check child did not stop cleanly");
+        }
+        match read {
+            Ok(why) => why,
+            Err(e) => {
+                tracing::info!(cause = %e, "codex could not tell whether it is logged in");
+                None
+            }
+        }
     }
 
     /// `-c mcp_servers.<name>.enabled=false` for every MCP server the operator's own Codex
@@ -178,18 +222,18 @@ impl CodexRuntime {
     /// the operator's own MCP servers switched off.
     async fn spawn_child(
         &self,
+        bin: &Path,
         task_id: &str,
         cwd: &Path,
         workdir: Option<(PathBuf, bool)>,
         git: Option<super::worktree::TreeGit>,
         contained: bool,
     ) -> Result<(Session, rpc::Rpc, Channels), StartError> {
-        let bin = self.bin.clone().ok_or_else(|| StartError::unavailable("codex"))?;
         let mut args = self.args();
         if contained {
             // Before the subcommand: `-c` is a global option.
             let at = args.len() - 1;
-            args.splice(at..at, self.operator_mcp_off(&bin, cwd).await?);
+            args.splice(at..at, self.operator_mcp_off(bin, cwd).await?);
         }
         let env = self.env();
         let home = super::env::runtime_home(&env, "CODEX_HOME", ".codex");
@@ -201,7 +245,7 @@ impl CodexRuntime {
             false => None,
         };
         let spawned = spawn(SpawnSpec {
-            program: bin,
+            program: bin.to_owned(),
             args,
             cwd: cwd.to_owned(),
             env,
@@ -240,8 +284,9 @@ impl CodexRuntime {
     /// once: the handshake runs in the session's driver, so the recovery guard can record the
     /// child before anything else happens.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
+        let bin = self.locate().await.ok_or_else(|| StartError::unavailable("codex"))?;
         let (mut session, rpc, ch) =
-            self.spawn_child(&spec.task_id, &spec.cwd, spec.workdir_view(), spec.git.clone(), true).await?;
+            self.spawn_child(&bin, &spec.task_id, &spec.cwd, spec.workdir_view(), spec.git.clone(), true).await?;
         let driver = driver::Driver {
             rpc,
             incoming: ch.incoming,
@@ -277,9 +322,10 @@ impl CodexRuntime {
         if !info.available {
             return unavailable(info.detail.unwrap_or_default());
         }
+        let Some(bin) = self.locate().await else { return unavailable(info.detail.unwrap_or_default()) };
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
         let marker = format!("models-codex-{}", crate::ids::request_id());
-        let (session, rpc, ch) = match self.spawn_child(&marker, &cwd, None, None, false).await {
+        let (session, rpc, ch) = match self.spawn_child(&bin, &marker, &cwd, None, None, false).await {
             Ok(parts) => parts,
             Err(e) => return unavailable(e.message),
         };
@@ -332,12 +378,7 @@ struct Channels {
 
 async fn list_models(rpc: &rpc::Rpc) -> Result<Vec<Value>, rpc::RpcError> {
     let bound = Duration::from_secs(20);
-    let init = json!({
-        "clientInfo": { "name": "agent_bridge", "title": "agent-bridge", "version": env!("CARGO_PKG_VERSION") },
-        "capabilities": { "experimentalApi": true },
-    });
-    rpc.call("initialize", init, bound).await?;
-    rpc.notify("initialized", None);
+    account::initialize(rpc, bound).await?;
     let mut models = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..8 {
@@ -368,10 +409,7 @@ async fn list_models(rpc: &rpc::Rpc) -> Result<Vec<Value>, rpc::RpcError> {
 
 /// The executable to supervise for a configured Codex path: the npm launcher (`bin/codex.js`,
 /// a node script) is replaced by the native binary it would start; anything else is kept.
-#[expect(
-    clippy::disallowed_methods,
-    reason = "runs once, in Providers::new, which start-up calls on a blocking thread"
-)]
+#[expect(clippy::disallowed_methods, reason = "blocking by design: its caller runs it on a blocking thread")]
 pub fn native_binary(bin: &Path) -> PathBuf {
     let real = std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_owned());
     if real.extension().is_none_or(|e| e != "js") {
