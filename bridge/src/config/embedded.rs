@@ -41,5 +41,8 @@ mod tests {
         let config = super::embedded_default().expect("the embedded default is valid");
         assert!(config.enable_fake_runtime);
         assert!(!config.fake_exec);
+        // Every runtime is offered: one not installed is refused as unavailable, not by policy.
+        let runtimes: Vec<&str> = config.workdirs[0].runtimes.iter().map(|r| r.as_str()).collect();
+        assert_eq!(runtimes, ["fake", "codex", "claude"]);
     }
 }
