@@ -211,6 +211,23 @@ impl RuntimeInfo {
         }
     }
 
+    /// Takes a probe's answer: available with its version, or not and why.
+    pub fn apply(&mut self, probed: probe::Probed) {
+        match probed {
+            probe::Probed::Version(v) => {
+                self.available = true;
+                self.version = Some(v);
+                self.detail = None;
+                self.reason = None;
+            }
+            probe::Probed::Unavailable(reason, why) => {
+                self.available = false;
+                self.reason = Some(reason);
+                self.detail = Some(why);
+            }
+        }
+    }
+
     /// The JSON view (capabilities included).
     pub fn to_json(&self) -> Value {
         json!({

@@ -117,6 +117,23 @@ impl ProbeCache {
     }
 }
 
+/// `bin --version` (see [`version`]), then — when it answers — the CLI's login check
+/// `logged_out`, which says why the CLI is not logged in, or nothing.
+pub async fn version_and_login(
+    bin: &Path,
+    env: Vec<(OsString, OsString)>,
+    parse: fn(&str) -> Option<String>,
+    logged_out: impl AsyncFnOnce() -> Option<String>,
+) -> Probed {
+    match version(bin, env, parse).await {
+        Probed::Version(v) => match logged_out().await {
+            Some(why) => Probed::Unavailable(Reason::NotLoggedIn, why),
+            None => Probed::Version(v),
+        },
+        failed => failed,
+    }
+}
+
 static PROBES: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `bin --version` and parses its first line. Why it failed is told without host paths

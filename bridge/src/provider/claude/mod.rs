@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::env::{BaseEnv, CLAUDE_PREFIXES, CLAUDE_QUIET};
 use super::io;
-use super::probe::{self, ProbeCache, Probed};
+use super::probe::{self, ProbeCache};
 use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
 use super::tether::SpawnKind;
@@ -136,26 +136,12 @@ impl ClaudeRuntime {
         info.model_discovery = "runtime_catalog";
         let probed = self
             .probe
-            .get(&bin, async || match probe::version(&bin, self.env(), probe::parse_claude).await {
-                Probed::Version(v) => match self.logged_out(&bin).await {
-                    Some(why) => Probed::Unavailable(probe::Reason::NotLoggedIn, why),
-                    None => Probed::Version(v),
-                },
-                failed => failed,
+            .get(&bin, async || {
+                probe::version_and_login(&bin, self.env(), probe::parse_claude, async || self.logged_out(&bin).await)
+                    .await
             })
             .await;
-        match probed {
-            Probed::Version(v) => {
-                info.available = true;
-                info.version = Some(v);
-                info.detail = None;
-                info.reason = None;
-            }
-            Probed::Unavailable(reason, why) => {
-                info.reason = Some(reason);
-                info.detail = Some(why);
-            }
-        }
+        info.apply(probed);
         info
     }
 
