@@ -64,9 +64,12 @@ pub struct Auth {
     sessions: Sessions,
     /// The OAuth token verifier, when `/mcp-oauth` is configured.
     oauth: Option<Arc<Verifier>>,
-    /// The one-time login links not yet used: each token's hash and when it expires.
-    links: Arc<Mutex<Vec<([u8; 32], i64)>>>,
+    /// The one-time login links not yet used.
+    links: Arc<Mutex<Vec<LoginLink>>>,
 }
+
+/// A one-time login link's token hash and when it expires (Unix ms).
+type LoginLink = ([u8; 32], i64);
 
 /// Most one-time login links kept at once (the oldest go first).
 const MAX_LOGIN_LINKS: usize = 16;
