@@ -111,7 +111,9 @@ impl KeyService {
     /// Creates a key and returns it with its secret (shown this once). The name is trimmed,
     /// may use letters, digits and `@ . _ -` only, and is none of the bridge's own principals
     /// (the local operator, the board's operator, the tunnel principal); every workdir named
-    /// must exist (`WORKDIR_NOT_FOUND`); a taken name is refused by the store.
+    /// must exist (`WORKDIR_NOT_FOUND`); a live key's name is refused by the store, a revoked
+    /// key's is taken over (the new key is the same principal: see
+    /// [`Store::insert_key`](crate::store::Store::insert_key)).
     pub async fn create(&self, key: NewKey) -> Result<Value, ToolError> {
         let name = self.check_name(&key.name)?;
         if let Some(list) = &key.workdirs
@@ -269,6 +271,35 @@ mod tests {
         assert_eq!(first["revoked_at"], again["revoked_at"]);
         let (code, _) = refusal(keys.revoke("nobody").await);
         assert_eq!(code, code::KEY_NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_revoked_keys_name_is_taken_by_a_new_key_and_a_live_ones_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = service(dir.path());
+        let first = keys.create(key("quickstart")).await.unwrap();
+        let (code, _) = refusal(keys.create(key("quickstart")).await);
+        assert_eq!(code, code::KEY_NAME_TAKEN, "a live key keeps its name");
+        keys.revoke("quickstart").await.unwrap();
+        let second = keys.create(key("quickstart")).await.unwrap();
+        assert_ne!(first["key_id"], second["key_id"]);
+        let found = keys.cache.find(second["secret"].as_str().unwrap()).expect("the new key authenticates");
+        assert_eq!(found.name, "quickstart", "the same principal");
+        assert!(keys.cache.find(first["secret"].as_str().unwrap()).is_none(), "the old secret stays revoked");
+        let listed = keys.list().await.unwrap();
+        let mut rows: Vec<(&str, bool)> = listed["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| (k["name"].as_str().unwrap(), k["revoked_at"].is_null()))
+            .collect();
+        rows.sort_unstable();
+        let renamed = format!("quickstart#{}", first["key_id"].as_str().unwrap());
+        assert_eq!(rows, [("quickstart", true), (renamed.as_str(), false)], "the revoked key keeps its row");
+        // Revoking by name now reaches the live key only.
+        keys.revoke("quickstart").await.unwrap();
+        assert!(keys.cache.find(second["secret"].as_str().unwrap()).is_none());
+        keys.create(key("quickstart")).await.expect("taken over a second time");
     }
 
     #[tokio::test]

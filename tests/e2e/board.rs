@@ -43,6 +43,32 @@ pub(crate) fn login(addr: &str, token: &str) -> String {
     cookie.split(';').next().unwrap().to_owned()
 }
 
+/// A one-time login link (`board token --once`): opening its page only fills in the login form
+/// (twice is fine); its token logs one browser in and is then used up.
+#[tokio::test]
+async fn a_one_time_login_link_logs_one_browser_in() {
+    let b = TestBridge::start().await;
+    let out = b.cli(&["board", "token", "--once", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let (token, url) = (v["token"].as_str().expect("token"), v["login_url"].as_str().expect("login url"));
+    assert_eq!(v["login_link"].as_str(), Some(format!("{url}/{token}").as_str()));
+    let addr = url.trim_start_matches("http://").trim_end_matches("/login").to_owned();
+    for _ in 0..2 {
+        let page = http(&addr, "GET", &format!("/login/{token}"), &[], "");
+        assert_eq!(page.status, 200);
+        assert!(page.body.contains(&format!("name=\"token\" value=\"{token}\"")), "{}", page.body);
+    }
+    let cookie = login(&addr, token);
+    assert_eq!(http(&addr, "GET", "/", &[("Cookie", cookie.as_str())], "").status, 200, "logged in");
+    let origin = format!("http://{addr}");
+    let form = [("Origin", origin.as_str()), ("Content-Type", "application/x-www-form-urlencoded")];
+    assert_eq!(http(&addr, "POST", "/login", &form, &format!("token={token}")).status, 401, "used up");
+    let text = b.cli(&["board", "token", "--once"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("log in once at http://{addr}/login/abb_")), "{text}");
+}
+
 #[tokio::test]
 async fn the_board_refuses_what_does_not_come_from_a_logged_in_form_of_its_own() {
     let b = TestBridge::start().await;

@@ -14,7 +14,8 @@
 //! a change counter and nothing else).
 //!
 //! Two routes need no login: `/a/{token}`, a notification's action link (see `board/links.rs`),
-//! shows one pending request and answers it once. With `SERVERFS_BOARD_PUBLIC_URL` set (the
+//! shows one pending request and answers it once. (Besides the login page and a one-time login
+//! link's page, `/login/{token}`, which only fill in the login form.) With `SERVERFS_BOARD_PUBLIC_URL` set (the
 //! board behind a tunnel or a TLS proxy) its host is a `Host` of the board's too, and a POST
 //! under that host must come from its origin.
 
@@ -176,6 +177,7 @@ pub fn router(board: Board) -> Router {
         .route("/notifications", get(notify_pages::notifications))
         .route("/a/{token}", get(links::show).post(links::submit))
         .route("/login", get(login::form).post(login::submit))
+        .route("/login/{token}", get(login::link))
         .route("/logout", post(login::logout))
         .route("/live", get(live))
         .route("/tasks/{id}/cancel", post(actions::cancel_task))

@@ -73,8 +73,12 @@ pub enum BoardCommand {
         /// How long it can log in, in hours.
         #[arg(long, default_value_t = 24)]
         valid_hours: u32,
+        /// A one-time login link instead: it logs one browser in and is used up (a restarted
+        /// bridge forgets it).
+        #[arg(long)]
+        once: bool,
     },
-    /// Revoke every board token and end every board session.
+    /// Revoke every board token and one-time login link and end every board session.
     Revoke,
 }
 
@@ -168,18 +172,26 @@ pub(super) async fn plans(client: &Client, command: PlansCommand, json_mode: boo
 /// Runs a `board` command.
 pub(super) async fn board(client: &Client, command: BoardCommand, json_mode: bool) -> Result<(), Failure> {
     match command {
-        BoardCommand::Token { valid_hours } => {
-            let v = call(client, "admin_create_board_token", json!({ "valid_hours": valid_hours })).await?;
+        BoardCommand::Token { valid_hours, once } => {
+            let v =
+                call(client, "admin_create_board_token", json!({ "valid_hours": valid_hours, "once": once })).await?;
             show(json_mode, &v, |v| {
-                let url = v["login_url"].as_str().map(|u| format!("\nlog in at {u} (expires {})", s(&v["expires_at"])));
+                let url = match v["login_link"].as_str() {
+                    Some(link) => format!("\nlog in once at {link} (expires {})", s(&v["expires_at"])),
+                    None => v["login_url"]
+                        .as_str()
+                        .map(|u| format!("\nlog in at {u} (expires {})", s(&v["expires_at"])))
+                        .unwrap_or_default(),
+                };
                 let socket = v["board_socket"].as_str().map(|path| {
+                    let page = if once { format!("login/{}", s(&v["token"])) } else { "login".to_owned() };
                     format!(
                         "\nthe board serves on the Unix socket {path} (expires {}): forward it with \
-                         `ssh -L 8080:{path} HOST`, then log in at http://localhost:8080/login",
+                         `ssh -L 8080:{path} HOST`, then log in at http://localhost:8080/{page}",
                         s(&v["expires_at"])
                     )
                 });
-                format!("{}{}", s(&v["token"]), socket.or(url).unwrap_or_default())
+                format!("{}{}", s(&v["token"]), socket.unwrap_or(url))
             });
         }
         BoardCommand::Revoke => {

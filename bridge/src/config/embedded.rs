@@ -9,6 +9,7 @@
 pub fn embedded_default() -> Result<super::BridgeConfig, String> {
     let quote = |text: &str| format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"));
     let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    refuse_broad_workdir(&cwd, &super::env::Context::current().map_err(|r| r.to_string())?.home)?;
     let cwd = cwd.to_str().ok_or("the current directory is not valid UTF-8")?;
     let mut lines = vec![
         "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true".to_owned(),
@@ -32,8 +33,60 @@ pub fn embedded_default() -> Result<super::BridgeConfig, String> {
     super::env::from_pairs(&entries, &context).map(|r| r.config).map_err(|r| r.to_string())
 }
 
+/// Refuses the home directory, `/` and any directory above the home as the writable workdir:
+/// started there, the embedded default would let every agent a remote caller starts write to
+/// the whole home directory.
+fn refuse_broad_workdir(cwd: &std::path::Path, home: &std::path::Path) -> Result<(), String> {
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    if !home.starts_with(&cwd) {
+        return Ok(());
+    }
+    let which = if cwd == home {
+        "the home directory"
+    } else if cwd.parent().is_none() {
+        "the root directory"
+    } else {
+        "a directory above the home directory"
+    };
+    Err(format!(
+        "refusing to start in {} ({which}): with no configuration the current directory becomes the \
+         workdir `here`, writable by every agent a caller starts. cd into a project directory and \
+         start again, or give a configuration with --env-file",
+        cwd.display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    /// The home directory, `/` and what lies between are refused as the workdir, saying why
+    /// and what to do; a project directory under the home, and one elsewhere, are not.
+    #[test]
+    fn the_home_directory_and_above_are_refused_as_the_workdir() {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home/someone");
+        let project = home.join("src/project");
+        let elsewhere = root.path().join("srv");
+        for dir in [&project, &elsewhere] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        for (cwd, which) in [
+            (home.clone(), "(the home directory)"),
+            (root.path().join("home"), "(a directory above the home directory)"),
+            ("/".into(), "(the root directory)"),
+        ] {
+            let refused = super::refuse_broad_workdir(&cwd, &home).expect_err("refused");
+            assert!(refused.contains(which) && refused.contains("cd into a project directory"), "{refused}");
+        }
+        // The same home reached through a symbolic link is the home.
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&home, &link).unwrap();
+        super::refuse_broad_workdir(&home, &link).expect_err("the home through a link");
+        for cwd in [&project, &elsewhere] {
+            super::refuse_broad_workdir(cwd, &home).expect("a project directory");
+        }
+    }
+
     /// The quick start offers the fake runtime, but not its `exec:` (a shell command for any
     /// operator key, unasked).
     #[test]

@@ -14,9 +14,11 @@
 //! A person reaches the board with a board token (`agent-bridge board token`): this module
 //! issues them (only their hash is stored), checks a presented one against every live token in
 //! constant time, opens the board session it buys ([`Sessions`]) and, when the tokens are
-//! revoked, ends every session with them.
+//! revoked, ends every session with them. A one-time login link's token (`board token --once`)
+//! is kept in memory only, like the sessions: it opens one session and is used up; a restarted
+//! bridge forgets it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use subtle::ConstantTimeEq;
 
@@ -62,7 +64,15 @@ pub struct Auth {
     sessions: Sessions,
     /// The OAuth token verifier, when `/mcp-oauth` is configured.
     oauth: Option<Arc<Verifier>>,
+    /// The one-time login links not yet used.
+    links: Arc<Mutex<Vec<LoginLink>>>,
 }
+
+/// A one-time login link's token hash and when it expires (Unix ms).
+type LoginLink = ([u8; 32], i64);
+
+/// Most one-time login links kept at once (the oldest go first).
+const MAX_LOGIN_LINKS: usize = 16;
 
 /// A refused credential: what the caller is told and, for an OAuth token, what the audit row
 /// keeps (the reason's code, and the principal a valid token with no role would have been).
@@ -92,7 +102,15 @@ impl Auth {
     /// An authenticator with the MCP auth settings, the key cache and the bridge's own uid.
     pub fn new(mcp: McpAuth, keys: KeyCache, own_uid: u32) -> Auth {
         let board = format!("board {}", crate::ids::hex(&crate::ids::random_bytes::<32>()));
-        Auth { mcp, keys, own_uid, board: board.into(), sessions: Sessions::default(), oauth: None }
+        Auth {
+            mcp,
+            keys,
+            own_uid,
+            board: board.into(),
+            sessions: Sessions::default(),
+            oauth: None,
+            links: Arc::default(),
+        }
     }
 
     /// The same, taking `/mcp-oauth` tokens with `verifier`.
@@ -142,18 +160,53 @@ impl Auth {
         Ok((row, secret))
     }
 
-    /// Revokes every board token and ends every board session; returns how many tokens were
-    /// live.
+    /// Issues the token of a one-time login link, usable once within `valid_hours`; returns
+    /// it and when it expires. Only its hash is kept, in memory.
+    pub fn issue_login_link(&self, valid_hours: u32, now: i64) -> (String, i64) {
+        let secret = crate::ids::board_token_secret();
+        let expires_at = now + i64::from(valid_hours) * 3_600_000;
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        links.retain(|(_, expires)| *expires > now);
+        if links.len() >= MAX_LOGIN_LINKS {
+            links.remove(0);
+        }
+        links.push((hash_secret(&secret), expires_at));
+        (secret, expires_at)
+    }
+
+    /// Revokes every board token and one-time login link and ends every board session;
+    /// returns how many were live.
     pub async fn revoke_board_tokens(&self, store: &Arc<Store>, now: i64) -> Result<usize, ToolError> {
         let revoked = store.call(move |s| s.revoke_board_tokens(now)).await?;
+        let links = {
+            let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+            let live = links.iter().filter(|(_, expires)| *expires > now).count();
+            links.clear();
+            live
+        };
         self.sessions.end_all();
-        Ok(revoked)
+        Ok(revoked + links)
+    }
+
+    /// Uses up the one-time login link whose token hashes to `hash`, if one is live at `now`
+    /// (compared with every live link in constant time).
+    fn use_login_link(&self, hash: &[u8; 32], now: i64) -> bool {
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        links.retain(|(_, expires)| *expires > now);
+        let mut found = None;
+        for (i, (link, _)) in links.iter().enumerate() {
+            if bool::from(link.ct_eq(hash)) {
+                found = Some(i);
+            }
+        }
+        found.map(|i| links.remove(i)).is_some()
     }
 
     /// Logs in with a presented board token: one live at `now` (not revoked, not expired),
     /// compared with every live token in constant time, opens a session for the browser that
     /// sent `user_agent` and returns its id (the cookie); the session ends with the token at
-    /// the latest. Anything else, an unreadable store included, is `UNAUTHENTICATED`.
+    /// the latest. A one-time login link's token opens a session of its own length and is
+    /// used up. Anything else, an unreadable store included, is `UNAUTHENTICATED`.
     pub async fn board_login(
         &self,
         store: &Arc<Store>,
@@ -169,9 +222,12 @@ impl Auth {
                 matched = Some(t.expires_at);
             }
         }
+        if matched.is_none() && !presented.is_empty() && self.use_login_link(&hash, now) {
+            matched = Some(now + super::sessions::SESSION_MS);
+        }
         match matched.filter(|_| !presented.is_empty()) {
             Some(expires_at) => Ok(self.sessions.open(now, expires_at, user_agent)),
-            None => Err(ToolError::new(code::UNAUTHENTICATED, "the board token is unknown, expired or revoked")),
+            None => Err(ToolError::new(code::UNAUTHENTICATED, "the board token is unknown, used, expired or revoked")),
         }
     }
 
@@ -304,5 +360,26 @@ mod tests {
         assert!(auth.board_sessions().get(&id, 4_001, UA, true).is_none(), "revoking ended the session");
         let refused = auth.board_login(&store, &secret, 4_001, UA).await.expect_err("a revoked token");
         assert_eq!(refused.code, code::UNAUTHENTICATED);
+    }
+
+    #[tokio::test]
+    async fn a_login_link_logs_in_once_and_not_after_it_expires_or_is_revoked() {
+        let (_dir, store, auth) = setup();
+        let (secret, expires_at) = auth.issue_login_link(1, 1_000);
+        assert_eq!(expires_at, 1_000 + 3_600_000);
+        let id = auth.board_login(&store, &secret, 2_000, UA).await.expect("the link logs in");
+        let session = auth.board_sessions().get(&id, 3_000, UA, true).expect("the session is open");
+        assert_eq!(session.expires_at, 2_000 + crate::registry::sessions::SESSION_MS, "the session's own length");
+        let again = auth.board_login(&store, &secret, 2_001, UA).await.expect_err("a used link");
+        assert_eq!(again.code, code::UNAUTHENTICATED);
+
+        let (revoked, _) = auth.issue_login_link(1, 4_000);
+        assert!(auth.board_sessions().get(&id, 5_000, UA, true).is_some(), "the session is still open");
+        assert_eq!(auth.revoke_board_tokens(&store, 5_000).await.unwrap(), 1, "the live link is revoked");
+        assert!(auth.board_sessions().get(&id, 5_001, UA, true).is_none(), "revoking ended the session");
+        auth.board_login(&store, &revoked, 5_001, UA).await.expect_err("a revoked link");
+
+        let (late, expires_at) = auth.issue_login_link(1, 6_000);
+        auth.board_login(&store, &late, expires_at, UA).await.expect_err("an expired link");
     }
 }

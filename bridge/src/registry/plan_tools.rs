@@ -120,6 +120,10 @@ struct BoardTokenArgs {
     #[serde(default = "default_hours")]
     #[schemars(range(min = 1, max = 720))]
     valid_hours: u32,
+    /// A one-time login link instead: its token opens one session and is used up (kept in
+    /// memory only: a restarted bridge forgets it).
+    #[serde(default)]
+    once: bool,
 }
 
 // No arguments. Not `shared::NoArgs`: this schema has always been announced without that
@@ -243,8 +247,19 @@ pub(super) fn all() -> Vec<Capability> {
             |ctx: CallCtx, a: BoardTokenArgs| async move {
                 let services = &ctx.services;
                 let now = services.clock.now_ms();
-                let (row, secret) = services.auth.issue_board_token(&services.store, a.valid_hours, now).await?;
                 let url = services.board_addr.get().map(|addr| format!("http://{addr}/login"));
+                if a.once {
+                    let (secret, expires_at) = services.auth.issue_login_link(a.valid_hours, now);
+                    return Ok(json!({
+                        "token": secret,
+                        "once": true,
+                        "expires_at": crate::clock::rfc3339(expires_at),
+                        "login_url": url,
+                        "login_link": url.as_ref().map(|u| format!("{u}/{secret}")),
+                        "board_socket": services.config.board_socket,
+                    }));
+                }
+                let (row, secret) = services.auth.issue_board_token(&services.store, a.valid_hours, now).await?;
                 Ok(json!({
                     "token_id": row.token_id,
                     "token": secret,

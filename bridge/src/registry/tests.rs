@@ -37,7 +37,7 @@ const PINNED: &[(&str, &str)] = &[
     ("admin_list_plans", "9004a5c6eb2f0a6bee5e677f"),
     ("admin_approve_plan", "99a56dac17a00089756b5c01"),
     ("admin_reject_plan", "5f002a55e00575127e2af18f"),
-    ("admin_create_board_token", "d646ba52ddf008bf80d0b50b"),
+    ("admin_create_board_token", "ed9eba9eabdd90ebdfe9dda9"),
     ("admin_revoke_board_tokens", "b907338e5c889ff75786b05b"),
     ("admin_list_notifications", "31a73c829317b290d9ef599f"),
     ("admin_notify_test", "7e0f201ee6f3ce3b0c8e9f3a"),

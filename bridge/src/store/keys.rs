@@ -46,10 +46,16 @@ fn key_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
 const COLUMNS: &str = "key_id, name, role, key_sha256, workdirs_json, created_at, last_used_at, revoked_at";
 
 impl Store {
-    /// Stores a new key; a taken name is [`StoreError::KeyNameTaken`].
+    /// Stores a new key; a name a live key has is [`StoreError::KeyNameTaken`]. A revoked
+    /// key's name can be taken again: the revoked key keeps its row, renamed `NAME#KEY_ID` (a
+    /// name no key can be given), and the new key, being the same principal, owns its tasks.
     pub fn insert_key(&self, key: &KeyRow) -> Result<(), StoreError> {
         let workdirs = key.workdirs.as_ref().map(|w| serde_json::Value::from(w.clone()).to_string());
         self.write(|tx| {
+            tx.execute(
+                "UPDATE api_keys SET name = name || '#' || key_id WHERE name = ?1 AND revoked_at IS NOT NULL",
+                [&key.name],
+            )?;
             tx.execute(
                 &format!("INSERT INTO api_keys ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)"),
                 params![key.key_id, key.name, key.role, key.key_sha256.as_slice(), workdirs, key.created_at],
