@@ -257,6 +257,29 @@ impl Browser {
         self.wd("POST", &self.path("/execute/sync"), json!({ "script": script, "args": [] }))
     }
 
+    /// Runs a script with arguments (`arguments[0]` …) and returns its value.
+    pub fn execute_script(&self, script: &str, args: Value) -> Value {
+        self.wd("POST", &self.path("/execute/sync"), json!({ "script": script, "args": args }))
+    }
+
+    /// Sets the window's size; headless Chromium's viewport follows it. Returns the page's
+    /// `window.innerWidth` afterwards.
+    pub fn set_window_size(&self, width: u32, height: u32) -> u64 {
+        self.wd("POST", &self.path("/window/rect"), json!({ "width": width, "height": height }));
+        self.script("return window.innerWidth").as_u64().unwrap_or_default()
+    }
+
+    /// The rendered text of the first element matching a CSS selector (`innerText`: after the
+    /// stylesheet's `text-transform`), or `None`.
+    pub fn inner_text(&self, css: &str) -> Option<String> {
+        self.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : null",
+            json!([css]),
+        )
+        .as_str()
+        .map(str::to_owned)
+    }
+
     /// Saves a PNG screenshot of the page.
     pub fn screenshot(&self, file: &Path) {
         let v = self.wd("GET", &self.path("/screenshot"), Value::Null);
