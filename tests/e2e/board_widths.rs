@@ -16,6 +16,11 @@ use crate::board::token;
 /// The page's width against the window's: `[scrollWidth, innerWidth]`.
 const WIDTHS: &str = "return [document.documentElement.scrollWidth, window.innerWidth]";
 
+/// The elements that reach past the window's right edge (for a failure's message).
+const WIDEST: &str = "return [...document.querySelectorAll('body *')]\
+    .filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5)\
+    .slice(-8).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right) + ' ' + (e.textContent || '').slice(0, 60))";
+
 #[tokio::test]
 async fn every_page_fits_a_phone_and_a_laptop_and_says_who_must_act() {
     let Some((chromium, driver)) = browser_or_skip("board widths test") else { return };
@@ -107,9 +112,16 @@ async fn every_page_fits_a_phone_and_a_laptop_and_says_who_must_act() {
             for (name, path) in &pages {
                 browser.goto(&url(path));
                 browser.wait_for("main h1", Duration::from_secs(10));
+                // The whole page in one picture (up to 4,000 px tall): the window grows to it.
+                let tall = browser.script("return document.documentElement.scrollHeight").as_u64().unwrap_or(0);
+                browser.set_window_size(width, (tall as u32).clamp(height, 4000));
                 browser.screenshot(&shots_dir.join(format!("w{width}-{name}.png")));
+                browser.set_window_size(width, height);
                 let w = browser.script(WIDTHS);
-                assert!(w[0].as_u64() <= w[1].as_u64(), "{path} at {width} px is wider than the window: {w}");
+                if w[0].as_u64() > w[1].as_u64() {
+                    let wide = browser.script(WIDEST);
+                    panic!("{path} at {width} px is wider than the window: {w}; past its edge: {wide:#}");
+                }
                 let shown = browser.inner_text("body").unwrap_or_default();
                 for json in ["[\"", "{\""] {
                     assert!(!shown.contains(json), "{path} prints JSON ({json}):\n{shown}");

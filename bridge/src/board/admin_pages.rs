@@ -311,9 +311,12 @@ pub fn micros(us: &Value) -> String {
 fn runtime_details(details: &Value) -> String {
     let Some(map) = details.as_object().filter(|m| !m.is_empty()) else { return "—".to_owned() };
     let mut out = String::from("<dl class=\"kv\">");
-    for (k, v) in map {
+    for (k, v) in map.iter().filter(|(_, v)| !v.is_null()) {
         html!(out, "<dt>{}</dt><dd>", k.replace('_', " "));
-        out.push_str(&html::chips(v));
+        match v.as_bool() {
+            Some(yes) => out.push_str(if yes { "yes" } else { "no" }),
+            None => out.push_str(&html::chips(v)),
+        }
         out.push_str("</dd>");
     }
     out.push_str("</dl>");

@@ -48,7 +48,7 @@ pub fn task_table(tasks: &[Value]) -> String {
         out.push_str(&html::lead(&format!("/tasks/{id}"), &task_title(t), &id));
         html!(
             out,
-            " <span class=\"meta\">by {}</span></td><td>{} in <b>{}</b><br><span class=\"meta\">{}</span></td><td>",
+            " <span class=\"meta\">by {}</span></td><td class=\"runs\">{} in <b>{}</b><br><span class=\"meta\">{}</span></td><td>",
             text(&t["owner"]),
             text(&t["runtime"]),
             text(&t["workdir"]),
@@ -159,11 +159,12 @@ pub fn request_form(pending: &Value, csrf: &str, target: FormTarget<'_>) -> Stri
     if pending["kind"] == "approval" {
         html!(
             out,
-            "<h2>The agent asks for approval</h2><p><b>{}</b> <span class=\"meta\">({}) · expires {}</span></p>",
+            "<h2>The agent asks for approval</h2><p><b>{}</b> <span class=\"meta\">({}) · expires ",
             text(&payload["title"]),
-            text(&payload["category"]),
-            text(&pending["expires_at"])
+            text(&payload["category"])
         );
+        out.push_str(&when(&pending["expires_at"]));
+        out.push_str("</span></p>");
         if let Some(map) = payload.as_object() {
             out.push_str("<dl class=\"kv\">");
             for (k, v) in map {

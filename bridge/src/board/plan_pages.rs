@@ -90,7 +90,7 @@ fn decision_forms(plan_id: &str, csrf: &str) -> String {
     html!(out, "<form class=\"inline\" method=\"post\" action=\"/plans/{}/approve\">", plan_id);
     out.push_str(&csrf_field(csrf));
     out.push_str("<button class=\"primary\" name=\"approve\">Approve and run</button></form>");
-    html!(out, "<form class=\"inline row\" method=\"post\" action=\"/plans/{}/reject\">", plan_id);
+    html!(out, "<form class=\"row grow\" method=\"post\" action=\"/plans/{}/reject\">", plan_id);
     out.push_str(&csrf_field(csrf));
     out.push_str(
         "<input type=\"text\" name=\"reason\" size=\"40\" maxlength=\"1000\" \
