@@ -129,41 +129,6 @@ fn describe_plan(v: &Value) -> String {
     lines.join("\n")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_step_waiting_for_a_person_reads_needs_you() {
-        let plan = json!({
-            "plan_id": "pln_1", "title": "Tidy", "status": "running", "awaiting_human": false, "needs_human": true,
-            "message": "Step 1 waits for a human: get_agent_task …",
-            "steps": [
-                { "position": 1, "status": "running", "attention": "needs_you", "task_status": "waiting_for_approval",
-                  "task_id": "agt_1", "title": "Ask" },
-                { "position": 2, "status": "pending", "attention": null, "task_id": null, "title": "Then" },
-            ],
-        });
-        let out = describe_plan(&plan);
-        assert!(
-            out.contains(
-                "status    running, NEEDS YOU: step 1's task waits for an approval (agent-bridge tasks show agt_1)"
-            ),
-            "{out}"
-        );
-        assert!(out.contains("step  1   running, NEEDS YOU    agt_1"), "{out}");
-        assert!(!out.contains("get_agent_task"), "no text written for a calling model: {out}");
-        let pending = json!({ "plan_id": "pln_2", "status": "pending_approval", "awaiting_human": true, "steps": [] });
-        assert!(
-            describe_plan(&pending).contains("pending_approval, NEEDS YOU: agent-bridge plans approve|reject pln_2")
-        );
-        let running = json!({ "plan_id": "pln_3", "status": "running", "message": "Step 1 runs", "steps": [
-            { "position": 1, "status": "running", "attention": null, "task_id": "agt_3", "title": "Go" }] });
-        let out = describe_plan(&running);
-        assert!(!out.contains("NEEDS YOU") && out.contains("Step 1 runs"), "{out}");
-    }
-}
-
 /// Runs a `plans` command.
 pub(super) async fn plans(client: &Client, command: PlansCommand, json_mode: bool) -> Result<(), Failure> {
     match command {
@@ -247,4 +212,39 @@ pub(super) async fn board(client: &Client, command: BoardCommand, json_mode: boo
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_waiting_for_a_person_reads_needs_you() {
+        let plan = json!({
+            "plan_id": "pln_1", "title": "Tidy", "status": "running", "awaiting_human": false, "needs_human": true,
+            "message": "Step 1 waits for a human: get_agent_task …",
+            "steps": [
+                { "position": 1, "status": "running", "attention": "needs_you", "task_status": "waiting_for_approval",
+                  "task_id": "agt_1", "title": "Ask" },
+                { "position": 2, "status": "pending", "attention": null, "task_id": null, "title": "Then" },
+            ],
+        });
+        let out = describe_plan(&plan);
+        assert!(
+            out.contains(
+                "status    running, NEEDS YOU: step 1's task waits for an approval (agent-bridge tasks show agt_1)"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("step  1   running, NEEDS YOU    agt_1"), "{out}");
+        assert!(!out.contains("get_agent_task"), "no text written for a calling model: {out}");
+        let pending = json!({ "plan_id": "pln_2", "status": "pending_approval", "awaiting_human": true, "steps": [] });
+        assert!(
+            describe_plan(&pending).contains("pending_approval, NEEDS YOU: agent-bridge plans approve|reject pln_2")
+        );
+        let running = json!({ "plan_id": "pln_3", "status": "running", "message": "Step 1 runs", "steps": [
+            { "position": 1, "status": "running", "attention": null, "task_id": "agt_3", "title": "Go" }] });
+        let out = describe_plan(&running);
+        assert!(!out.contains("NEEDS YOU") && out.contains("Step 1 runs"), "{out}");
+    }
 }
