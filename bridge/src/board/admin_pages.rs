@@ -48,32 +48,11 @@ pub async fn workdirs(State(board): State<Board>, headers: HeaderMap) -> Respons
             None => table.push('—'),
         }
         table.push_str("</td><td>");
-        match w["guard"].as_object() {
-            None => table.push('—'),
-            // The running writer's own guard: released when its task stops, nothing to recover.
-            Some(g) if g["running"] == true || holder == g["task_id"].as_str() => {
-                table.push_str("<span class=\"meta\">held while its task runs</span>");
-            }
-            Some(g) => {
-                let task = text(&g["task_id"]);
-                html!(table, "left by task ");
-                table.push_str(&task_link(&board, &task).await);
-                html!(table, " ({})", html::state_label(g["task_status"].as_str().unwrap_or("")).0);
-                if let Some(missing) = g["proof"]["missing"].as_str() {
-                    html!(table, "<br><span class=\"meta\">Not proven stopped: {}</span>", missing);
-                }
-                if w["state"] == "recovery_required" {
-                    html!(table, "<form method=\"post\" action=\"/workdirs/{}/clear-guard\">", urlencode(&alias));
-                    table.push_str(&csrf_field(&authed.session.csrf));
-                    html!(
-                        table,
-                        "<label><input type=\"checkbox\" name=\"force\" value=\"true\" required> I checked that no \
-                         process of task {} runs</label> <button class=\"danger\">Clear the guard</button></form>",
-                        task
-                    );
-                }
-            }
-        }
+        let guard_link = match w["guard"]["task_id"].as_str() {
+            Some(task) if holder != Some(task) => task_link(&board, task).await,
+            _ => String::new(),
+        };
+        table.push_str(&guard_cell(w, &guard_link, &authed.session.csrf));
         table.push_str("</td></tr>");
     }
     table.push_str("</tbody></table>");
@@ -85,6 +64,40 @@ pub async fn workdirs(State(board): State<Board>, headers: HeaderMap) -> Respons
     body.push_str(&html::stack(&table));
     body.push_str(&branches_table(&v["agent_branches"]));
     html_response(StatusCode::OK, html::page(&frame, &body))
+}
+
+/// A workdir's recovery guard: nothing, the running writer's own (released when its task
+/// stops: nothing to recover), or one left behind — with what its proof of stop lacks and,
+/// while it closes the workdir, the forced clearing. `link` is the guard's task as a link.
+fn guard_cell(w: &Value, link: &str, csrf: &str) -> String {
+    let mut out = String::new();
+    let g = &w["guard"];
+    if !g.is_object() {
+        out.push('—');
+        return out;
+    }
+    if g["running"] == true || w["lease_holder"] == g["task_id"] {
+        out.push_str("<span class=\"meta\">held while its task runs</span>");
+        return out;
+    }
+    let task = text(&g["task_id"]);
+    out.push_str("left by task ");
+    out.push_str(link);
+    html!(out, " ({})", html::state_label(g["task_status"].as_str().unwrap_or("")).0);
+    if let Some(missing) = g["proof"]["missing"].as_str() {
+        html!(out, "<br><span class=\"meta\">Not proven stopped: {}</span>", missing);
+    }
+    if w["state"] == "recovery_required" {
+        html!(out, "<form method=\"post\" action=\"/workdirs/{}/clear-guard\">", urlencode(&text(&w["alias"])));
+        out.push_str(&csrf_field(csrf));
+        html!(
+            out,
+            "<label><input type=\"checkbox\" name=\"force\" value=\"true\" required> I checked that no \
+             process of task {} runs</label> <button class=\"danger\">Clear the guard</button></form>",
+            task
+        );
+    }
+    out
 }
 
 /// A link to a task's page led by its title (its short id when it cannot be read).
@@ -334,6 +347,23 @@ mod tests {
         assert_eq!(micros(&json!(2_500_000)), "2.5 s");
         assert_eq!(micros(&Value::Null), "—");
         let d = runtime_details(&json!({ "workdirs": ["repo", "docs"], "reason": null }));
+        assert!(!d.contains("reason"), "{d}");
         assert!(d.contains("<span class=\"chip\">repo</span>") && !d.contains('['), "{d}");
+    }
+
+    #[test]
+    fn only_a_guard_left_behind_reads_not_proven_stopped() {
+        let proof = json!({ "missing": "the provider's process group leader still runs" });
+        let running = json!({ "alias": "repo", "state": "busy", "lease_holder": "agt_1",
+            "guard": { "task_id": "agt_1", "running": true, "task_status": "running", "proof": proof } });
+        let cell = guard_cell(&running, "", "c");
+        assert!(cell.contains("held while its task runs") && !cell.contains("Not proven"), "{cell}");
+        let left = json!({ "alias": "repo", "state": "recovery_required", "lease_holder": null,
+            "guard": { "task_id": "agt_2", "running": false, "task_status": "interrupted", "proof": proof } });
+        let cell = guard_cell(&left, "<a href=\"/tasks/agt_2\">x</a>", "c");
+        assert!(cell.contains("left by task <a href=\"/tasks/agt_2\">x</a> (Interrupted)"), "{cell}");
+        assert!(cell.contains("Not proven stopped: the provider&#39;s process group leader still runs"), "{cell}");
+        assert!(cell.contains("action=\"/workdirs/repo/clear-guard\""), "{cell}");
+        assert_eq!(guard_cell(&json!({ "guard": null }), "", "c"), "—");
     }
 }
