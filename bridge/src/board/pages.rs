@@ -62,7 +62,10 @@ pub fn task_table(tasks: &[Value]) -> String {
             review::cost(&t["usage"])
         );
         out.push_str(&review::change_counts(&t["changes"]));
-        html!(out, "</td><td><code>{}</code></td></tr>", t["error_code"].as_str().unwrap_or(""));
+        match t["error_code"].as_str() {
+            Some(code) => html!(out, "</td><td><code>{}</code></td></tr>", code),
+            None => out.push_str("</td><td></td></tr>"),
+        }
     }
     out.push_str("</tbody></table>");
     html::stack(&out)

@@ -234,11 +234,14 @@ pub async fn show(State(board): State<Board>, headers: HeaderMap, Path(id): Path
         "<table class=\"steps-table\"><thead><tr><th>#</th><th>Step</th><th>State</th><th>Task</th><th>Started</th>\
          <th>Finished</th></tr></thead><tbody>",
     );
+    // A plan awaiting approval shows its steps in full: a person approves what they have read.
+    let open = if p["awaiting_human"] == true { " open" } else { "" };
     for s in p["steps"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         html!(
             table,
-            "<tr><td>{}</td><td><details><summary>{}</summary><pre>{}</pre></details></td><td>",
+            "<tr><td>{}</td><td><details{}><summary>{}</summary><pre>{}</pre></details></td><td>",
             text(&s["position"]),
+            open,
             text(&s["title"]),
             text(&s["prompt"])
         );
