@@ -92,6 +92,9 @@ async fn a_session_plan_waits_for_a_human_and_approval_starts_step_one() {
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && shown.contains("running, NEEDS YOU"), "{shown}");
     assert!(shown.contains(&format!("agent-bridge tasks show {step1}")), "{shown}");
+    let out = b.cli(&["plans", "list"]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.lines().any(|l| l.contains(&id) && l.contains("running, NEEDS YOU")), "{listed}");
     let owner = b.call_mcp(Some(&key), "get_agent_plan", json!({ "plan_id": id })).await.expect("owner sees it");
     assert_eq!(owner["steps"][0]["attention"], "needs_you", "the calling model sees it too");
     let t = b.call_mcp(Some(&key), "get_agent_task", json!({ "task_id": step1 })).await.expect("owner sees step 1");

@@ -135,8 +135,15 @@ pub(super) async fn plans(client: &Client, command: PlansCommand, json_mode: boo
         PlansCommand::List { status, owner } => {
             let v = call(client, "admin_list_plans", json!({ "status": status, "owner": owner, "limit": 200 })).await?;
             show(json_mode, &v, |v| {
+                // A plan a person must act on says so beside its state.
+                let mut rows = v["plans"].clone();
+                for p in rows.as_array_mut().into_iter().flatten() {
+                    if p["needs_human"] == true {
+                        p["status"] = json!(format!("{}, NEEDS YOU", s(&p["status"])));
+                    }
+                }
                 listing(
-                    &v["plans"],
+                    &rows,
                     &[
                         ("PLAN", "/plan_id"),
                         ("STATUS", "/status"),
