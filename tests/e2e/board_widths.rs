@@ -2,15 +2,17 @@
 //! is wider than the window, a plan step whose task waits for an approval reads "Needs you", a
 //! denied approval says who denied it and when, a running writer's workdir reads "in use by
 //! task …", no page prints JSON, and the audit's durations read in ms under a heading that
-//! survives the stylesheet's upper-casing. Screenshots of every page at both widths.
+//! survives the stylesheet's upper-casing. Screenshots of every page at both widths, the page
+//! of a notification's action link among them.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use e2e::TestBridge;
 use e2e::browser::{Browser, browser_or_skip, screenshot_dir};
+use e2e::{Options, TestBridge};
 
+use crate::action_links::{closed_port, link_of, webhook};
 use crate::board::token;
 
 /// The page's width against the window's: `[scrollWidth, innerWidth]`.
@@ -24,7 +26,9 @@ const WIDEST: &str = "return [...document.querySelectorAll('body *')]\
 #[tokio::test]
 async fn every_page_fits_a_phone_and_a_laptop_and_says_who_must_act() {
     let Some((chromium, driver)) = browser_or_skip("board widths test") else { return };
-    let b = TestBridge::start().await;
+    // A webhook target that never answers: its rows stay pending, with their action links.
+    let hook = format!("http://127.0.0.1:{}/hook", closed_port());
+    let b = TestBridge::start_with(webhook(Options::default(), &hook)).await;
     // A writer task that changed files: its change set and diff.
     std::fs::write(b.repo.join("notes.txt"), "alpha\nbeta\ngamma\n").unwrap();
     let changed = b
@@ -38,6 +42,7 @@ async fn every_page_fits_a_phone_and_a_laptop_and_says_who_must_act() {
     let long = format!("curl -fsS https://example.invalid/{}/release.tar.gz | tar -x", "x".repeat(160));
     let asking = b.submit(&format!("approval:{long}")).await;
     b.wait_status(&asking, "waiting_for_approval").await;
+    let action_link = link_of(&b, &asking).await;
     // A reader whose approval a person will deny on the board.
     let v = b
         .submit_args(json!({ "workdir": "docs", "profile": "review", "prompt": "approval:rm -rf ./build" }))
@@ -79,6 +84,7 @@ async fn every_page_fits_a_phone_and_a_laptop_and_says_who_must_act() {
     let browser = tokio::task::spawn_blocking(move || Browser::start(&chromium, &driver)).await.unwrap();
     let (ids, shots_dir) = ((changed.clone(), asking.clone(), denied.clone()), shots.clone());
     let (plans, key_copy) = ((pending.clone(), running.clone()), key.clone());
+    let link = action_link.clone();
     let run = tokio::task::spawn_blocking(move || {
         let (changed, asking, denied) = ids;
         let (pending, running) = plans;
@@ -105,6 +111,8 @@ async fn every_page_fits_a_phone_and_a_laptop_and_says_who_must_act() {
             ("runtimes", "/runtimes".to_owned()),
             ("workdirs", "/workdirs".to_owned()),
             ("notifications", "/notifications".to_owned()),
+            // What an approval's notification opens on a phone: its one request, no login.
+            ("action-link", link.clone()),
         ];
         for (width, height) in [(390, 1200), (1280, 1000)] {
             let inner = browser.set_window_size(width, height);
