@@ -236,7 +236,14 @@ impl Browser {
     /// Waits (bounded) until the page's URL contains `part`.
     pub fn wait_url(&self, part: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
-        while !self.url().contains(part) {
+        // Read while the page navigates: chromedriver may answer an error ("loader has
+        // changed") for a read that races the navigation; that is a "not yet".
+        let now = || {
+            let r = http(&self.addr, "GET", &self.path("/url"), &[], "");
+            let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+            if r.status == 200 { v["value"].as_str().unwrap_or_default().to_owned() } else { String::new() }
+        };
+        while !now().contains(part) {
             assert!(Instant::now() < deadline, "the page never went to {part}: {}", self.url());
             std::thread::sleep(Duration::from_millis(50));
         }
