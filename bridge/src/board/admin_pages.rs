@@ -326,9 +326,11 @@ fn runtime_details(details: &Value) -> String {
     let mut out = String::from("<dl class=\"kv\">");
     for (k, v) in map.iter().filter(|(_, v)| !v.is_null()) {
         html!(out, "<dt>{}</dt><dd>", k.replace('_', " "));
-        match v.as_bool() {
-            Some(yes) => out.push_str(if yes { "yes" } else { "no" }),
-            None => out.push_str(&html::chips(v)),
+        match (v.as_bool(), v.as_str()) {
+            (Some(yes), _) => out.push_str(if yes { "yes" } else { "no" }),
+            // A machine word (`runtime_catalog`) in words.
+            (_, Some(word)) => html!(out, "{}", word.replace('_', " ")),
+            _ => out.push_str(&html::chips(v)),
         }
         out.push_str("</dd>");
     }
