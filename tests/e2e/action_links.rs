@@ -21,7 +21,7 @@ const SECRET: &str = "whsec_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
 const FORM: &str = "application/x-www-form-urlencoded";
 
 /// Options with webhook target 01 at `url`.
-fn webhook(options: Options, url: &str) -> Options {
+pub(crate) fn webhook(options: Options, url: &str) -> Options {
     options
         .with(&format!("SERVERFS_NOTIFY_01_URL={url}"))
         .with("SERVERFS_NOTIFY_01_KIND=webhook")
@@ -29,7 +29,7 @@ fn webhook(options: Options, url: &str) -> Options {
 }
 
 /// A loopback port nothing listens on (connect is refused).
-fn closed_port() -> u16 {
+pub(crate) fn closed_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
@@ -51,7 +51,7 @@ fn login(addr: &str, token: &str) -> String {
 }
 
 /// The board path (`/a/abl_…`) of the action link the approval notification of `task` carries.
-async fn link_of(b: &TestBridge, task: &str) -> String {
+pub(crate) async fn link_of(b: &TestBridge, task: &str) -> String {
     link_for(b, task, "approval.requested").await
 }
 

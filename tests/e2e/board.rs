@@ -246,7 +246,7 @@ async fn a_long_timeline_is_read_page_by_page() {
         assert_eq!(r.status, 200, "{path}: {}", r.body);
         r.body
     };
-    let rows = |body: &str| body.matches("<td><code>").count();
+    let rows = |body: &str| body.matches("<td data-label=\"Event\"><code>").count();
     let later = |body: &str| {
         let at = body.find("Later events")?;
         let href = body[..at].rfind("href=\"")? + "href=\"".len();

@@ -10,6 +10,7 @@ mod accounting;
 mod action_links;
 mod audit_flood;
 mod board;
+mod board_widths;
 mod changes;
 mod claude;
 mod codex;

@@ -22,7 +22,7 @@ async fn plan_of(b: &TestBridge, id: &str) -> Value {
 }
 
 /// Waits (bounded, by re-reading: a plan has no long poll) until `done(plan)` holds.
-async fn wait_plan(b: &TestBridge, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn wait_plan(b: &TestBridge, id: &str, done: impl Fn(&Value) -> bool) -> Value {
     let done = &done;
     poll_until_async(&format!("plan {id} reaches the expected state"), Duration::from_secs(30), move || async move {
         done(&plan_of(b, id).await)
@@ -50,6 +50,7 @@ async fn a_session_plan_waits_for_a_human_and_approval_starts_step_one() {
     assert_eq!(v["approved_at"], Value::Null);
     assert_eq!((v["created_by"].as_str(), v["created_surface"].as_str()), (Some("panel"), Some("mcp")));
     assert!(v["message"].as_str().unwrap_or("").contains("awaits a human"), "{v:#}");
+    assert_eq!(v["needs_human"], true, "a plan awaiting approval needs a human too");
     assert_eq!(plan_rows(&b), (1, 2));
 
     // Not served before approval: other work comes and goes, the plan's steps never start.
@@ -76,6 +77,26 @@ async fn a_session_plan_waits_for_a_human_and_approval_starts_step_one() {
     // Step 1's task belongs to the plan's owner: it follows and answers it through MCP.
     let t = b.wait_for(&step1, |t| t["status"] == "waiting_for_approval").await;
     assert_eq!(t["plan"], json!({ "plan_id": id, "step": 1 }));
+    // The plan says a human must act: its state stays `running` (clients parse it), the step
+    // carries `attention: needs_you`, the plan `needs_human`, and so does `plans show`.
+    let p = plan_of(&b, &id).await;
+    assert_eq!((p["status"].as_str(), p["needs_human"].as_bool()), (Some("running"), Some(true)), "{p:#}");
+    assert_eq!(
+        (p["steps"][0]["status"].as_str(), p["steps"][0]["attention"].as_str()),
+        (Some("running"), Some("needs_you"))
+    );
+    assert_eq!(p["steps"][0]["task_status"], "waiting_for_approval");
+    assert_eq!(p["steps"][1]["attention"], Value::Null);
+    assert!(p["message"].as_str().unwrap_or("").contains("Step 1 waits for a human"), "{p:#}");
+    let out = b.cli(&["plans", "show", &id]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && shown.contains("running, NEEDS YOU"), "{shown}");
+    assert!(shown.contains(&format!("agent-bridge tasks show {step1}")), "{shown}");
+    let out = b.cli(&["plans", "list"]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.lines().any(|l| l.contains(&id) && l.contains("running, NEEDS YOU")), "{listed}");
+    let owner = b.call_mcp(Some(&key), "get_agent_plan", json!({ "plan_id": id })).await.expect("owner sees it");
+    assert_eq!(owner["steps"][0]["attention"], "needs_you", "the calling model sees it too");
     let t = b.call_mcp(Some(&key), "get_agent_task", json!({ "task_id": step1 })).await.expect("owner sees step 1");
     let request = t["pending_request"]["request_id"].as_str().unwrap().to_owned();
     b.call_mcp(
@@ -87,6 +108,8 @@ async fn a_session_plan_waits_for_a_human_and_approval_starts_step_one() {
     .expect("owner answers");
     let p = wait_plan(&b, &id, |p| p["terminal"] == true).await;
     assert_eq!(p["status"], "succeeded", "{p:#}");
+    assert_eq!(p["needs_human"], false);
+    assert!(p["steps"].as_array().unwrap().iter().all(|s| s["attention"].is_null()), "{p:#}");
     let step2 = p["steps"][1]["task_id"].as_str().unwrap().to_owned();
     let t2 = b.get(&step2).await;
     assert_eq!(t2["continue_from_task_id"], step1.as_str(), "step 2 continues step 1's session");

@@ -236,7 +236,14 @@ impl Browser {
     /// Waits (bounded) until the page's URL contains `part`.
     pub fn wait_url(&self, part: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
-        while !self.url().contains(part) {
+        // Read while the page navigates: chromedriver may answer an error ("loader has
+        // changed") for a read that races the navigation; that is a "not yet".
+        let now = || {
+            let r = http(&self.addr, "GET", &self.path("/url"), &[], "");
+            let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+            if r.status == 200 { v["value"].as_str().unwrap_or_default().to_owned() } else { String::new() }
+        };
+        while !now().contains(part) {
             assert!(Instant::now() < deadline, "the page never went to {part}: {}", self.url());
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -255,6 +262,29 @@ impl Browser {
     /// Runs a script in the page (a returned promise is awaited) and returns its value.
     pub fn script(&self, script: &str) -> Value {
         self.wd("POST", &self.path("/execute/sync"), json!({ "script": script, "args": [] }))
+    }
+
+    /// Runs a script with arguments (`arguments[0]` …) and returns its value.
+    pub fn execute_script(&self, script: &str, args: Value) -> Value {
+        self.wd("POST", &self.path("/execute/sync"), json!({ "script": script, "args": args }))
+    }
+
+    /// Sets the window's size; headless Chromium's viewport follows it. Returns the page's
+    /// `window.innerWidth` afterwards.
+    pub fn set_window_size(&self, width: u32, height: u32) -> u64 {
+        self.wd("POST", &self.path("/window/rect"), json!({ "width": width, "height": height }));
+        self.script("return window.innerWidth").as_u64().unwrap_or_default()
+    }
+
+    /// The rendered text of the first element matching a CSS selector (`innerText`: after the
+    /// stylesheet's `text-transform`), or `None`.
+    pub fn inner_text(&self, css: &str) -> Option<String> {
+        self.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : null",
+            json!([css]),
+        )
+        .as_str()
+        .map(str::to_owned)
     }
 
     /// Saves a PNG screenshot of the page.

@@ -18,65 +18,98 @@ pub async fn workdirs(State(board): State<Board>, headers: HeaderMap) -> Respons
         Ok(v) => v,
         Err(e) => return error_page(&board, &authed, "Reading the workdirs", &e, "/").await,
     };
-    let mut body = String::from(
-        "<p class=\"meta\">A writer task holds its workdir's lease while it runs. A recovery guard closes a \
-         workdir until the bridge has proof that a writer's processes are gone; clear one by hand only after \
-         checking yourself.</p><table><thead><tr><th>Workdir</th><th>State</th><th>Mode</th><th>Runtimes</th>\
-         <th>Lease holder</th><th>Recovery guard</th></tr></thead><tbody>",
+    let mut table = String::from(
+        "<table><thead><tr><th>Workdir</th><th>State</th><th>Mode</th><th>Runtimes</th>\
+         <th>Writer</th><th>Recovery guard</th></tr></thead><tbody>",
     );
     for w in v["workdirs"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         let alias = text(&w["alias"]);
         let (label, class) = match w["state"].as_str() {
             Some("free") => ("Free", "good"),
-            Some("busy") => ("Busy", "busy"),
+            Some("busy") => ("In use", "busy"),
             _ => ("Closed: recovery required", "bad"),
         };
         html!(
-            body,
-            "<tr><td><b>{}</b></td><td><span class=\"badge {}\">{}</span></td><td>{}</td><td>{}</td><td>",
+            table,
+            "<tr><td><b>{}</b></td><td><span class=\"badge {}\">{}</span></td><td>{}</td><td>",
             alias,
             class,
             label,
-            text(&w["agent_mode"]),
-            text(&w["runtimes"])
+            text(&w["agent_mode"])
         );
-        if let Some(holder) = w["lease_holder"].as_str() {
-            html!(body, "<a class=\"mono\" href=\"/tasks/{}\">{}</a>", holder, holder);
-        } else {
-            body.push('—');
-        }
-        body.push_str("</td><td>");
-        match w["guard"].as_object() {
-            None => body.push('—'),
-            Some(g) => {
-                let task = text(&g["task_id"]);
-                html!(
-                    body,
-                    "task <a class=\"mono\" href=\"/tasks/{}\">{}</a> ({})",
-                    task,
-                    task,
-                    text(&g["task_status"])
-                );
-                if let Some(missing) = g["proof"]["missing"].as_str() {
-                    html!(body, "<br><span class=\"meta\">Not proven stopped: {}</span>", missing);
-                }
-                if w["state"] == "recovery_required" {
-                    html!(body, "<form method=\"post\" action=\"/workdirs/{}/clear-guard\">", urlencode(&alias));
-                    body.push_str(&csrf_field(&authed.session.csrf));
-                    html!(
-                        body,
-                        "<label><input type=\"checkbox\" name=\"force\" value=\"true\" required> I checked that no \
-                         process of task {} runs</label> <button class=\"danger\">Clear the guard</button></form>",
-                        task
-                    );
-                }
+        table.push_str(&html::chips(&w["runtimes"]));
+        table.push_str("</td><td>");
+        let holder = w["lease_holder"].as_str();
+        match holder {
+            Some(holder) => {
+                table.push_str("in use by task ");
+                table.push_str(&task_link(&board, holder).await);
             }
+            None => table.push('—'),
         }
-        body.push_str("</td></tr>");
+        table.push_str("</td><td>");
+        let guard_link = match w["guard"]["task_id"].as_str() {
+            Some(task) if holder != Some(task) => task_link(&board, task).await,
+            _ => String::new(),
+        };
+        table.push_str(&guard_cell(w, &guard_link, &authed.session.csrf));
+        table.push_str("</td></tr>");
     }
-    body.push_str("</tbody></table>");
+    table.push_str("</tbody></table>");
+    let mut body = String::from(
+        "<p class=\"meta\">A writer task holds its workdir while it runs. A recovery guard left behind (after a \
+         crash, or a stop the bridge could not prove) closes a workdir until the bridge has proof that the \
+         writer's processes are gone; clear one by hand only after checking yourself.</p>",
+    );
+    body.push_str(&html::stack(&table));
     body.push_str(&branches_table(&v["agent_branches"]));
     html_response(StatusCode::OK, html::page(&frame, &body))
+}
+
+/// A workdir's recovery guard: nothing, the running writer's own (released when its task
+/// stops: nothing to recover), or one left behind — with what its proof of stop lacks and,
+/// while it closes the workdir, the forced clearing. `link` is the guard's task as a link.
+fn guard_cell(w: &Value, link: &str, csrf: &str) -> String {
+    let mut out = String::new();
+    let g = &w["guard"];
+    if !g.is_object() {
+        out.push('—');
+        return out;
+    }
+    if g["running"] == true || w["lease_holder"] == g["task_id"] {
+        out.push_str("<span class=\"meta\">held while its task runs</span>");
+        return out;
+    }
+    let task = text(&g["task_id"]);
+    out.push_str("left by task ");
+    out.push_str(link);
+    html!(out, " ({})", html::state_label(g["task_status"].as_str().unwrap_or("")).0);
+    if let Some(missing) = g["proof"]["missing"].as_str() {
+        html!(out, "<br><span class=\"meta\">Not proven stopped: {}</span>", missing);
+    }
+    if w["state"] == "recovery_required" {
+        html!(out, "<form method=\"post\" action=\"/workdirs/{}/clear-guard\">", urlencode(&text(&w["alias"])));
+        out.push_str(&csrf_field(csrf));
+        html!(
+            out,
+            "<label><input type=\"checkbox\" name=\"force\" value=\"true\" required> I checked that no \
+             process of task {} runs</label> <button class=\"danger\">Clear the guard</button></form>",
+            task
+        );
+    }
+    out
+}
+
+/// A link to a task's page led by its title (its short id when it cannot be read).
+async fn task_link(board: &Board, id: &str) -> String {
+    let title = match board.call("get_agent_task", json!({ "task_id": id })).await {
+        Ok(t) => super::pages::task_title(&t),
+        Err(_) => String::new(),
+    };
+    let mut out = String::new();
+    html!(out, "<a href=\"/tasks/{}\">{}</a> ", id, title);
+    out.push_str(&html::short_id(id));
+    out
 }
 
 /// The agent branches neither merged nor discarded: retention never deletes them, so they
@@ -89,27 +122,28 @@ fn branches_table(branches: &Value) -> String {
         out.push_str("<p class=\"empty\">No branch waits to be merged or discarded.</p>");
         return out;
     }
-    out.push_str(
+    let mut table = String::from(
         "<table><thead><tr><th>Workdir</th><th>Branch</th><th>Task</th><th>State</th><th>Holds</th>\
          <th>Since</th></tr></thead><tbody>",
     );
     for b in rows {
         let task = text(&b["task_id"]);
         html!(
-            out,
-            "<tr><td>{}</td><td><code>{}</code></td><td><a class=\"mono\" href=\"/tasks/{}#branch\">{}</a></td><td>{}</td><td>",
+            table,
+            "<tr><td>{}</td><td><code>{}</code></td><td><a href=\"/tasks/{}#branch\">",
             text(&b["workdir"]),
             text(&b["branch"]),
-            task,
-            task,
-            text(&b["state"])
+            task
         );
-        out.push_str(&super::review::branch_size(&b["size"]));
-        out.push_str("</td><td>");
-        out.push_str(&when(&b["updated_at"]));
-        out.push_str("</td></tr>");
+        table.push_str(&html::short_id(&task));
+        html!(table, "</a></td><td>{}</td><td>", text(&b["state"]));
+        table.push_str(&super::review::branch_size(&b["size"]));
+        table.push_str("</td><td>");
+        table.push_str(&when(&b["updated_at"]));
+        table.push_str("</td></tr>");
     }
-    out.push_str("</tbody></table>");
+    table.push_str("</tbody></table>");
+    out.push_str(&html::stack(&table));
     out
 }
 
@@ -151,12 +185,12 @@ pub async fn runtimes(State(board): State<Board>, headers: HeaderMap) -> Respons
             network
         );
     }
-    body.push_str(
+    let mut table = String::from(
         "<table><thead><tr><th>Runtime</th><th>Available</th><th>Version</th><th>Details</th></tr></thead><tbody>",
     );
     let list = v["runtimes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     if list.is_empty() {
-        body.push_str("<tr><td colspan=\"4\" class=\"empty\">No runtime is enabled on any workdir.</td></tr>");
+        table.push_str("<tr><td colspan=\"4\" class=\"empty\">No runtime is enabled on any workdir.</td></tr>");
     }
     for r in list {
         let (label, class) = if r["available"] == true { ("Available", "good") } else { ("Unavailable", "bad") };
@@ -167,16 +201,18 @@ pub async fn runtimes(State(board): State<Board>, headers: HeaderMap) -> Respons
             }
         }
         html!(
-            body,
-            "<tr><td><b>{}</b></td><td><span class=\"badge {}\">{}</span></td><td>{}</td><td><code>{}</code></td></tr>",
+            table,
+            "<tr><td><b>{}</b></td><td><span class=\"badge {}\">{}</span></td><td>{}</td><td>",
             text(r.get("runtime").or_else(|| r.get("name")).unwrap_or(&Value::Null)),
             class,
             label,
-            text(&r["version"]),
-            details.to_string()
+            text(&r["version"])
         );
+        table.push_str(&runtime_details(&details));
+        table.push_str("</td></tr>");
     }
-    body.push_str("</tbody></table>");
+    table.push_str("</tbody></table>");
+    body.push_str(&html::stack(&table));
     html_response(StatusCode::OK, html::page(&frame, &body))
 }
 
@@ -209,11 +245,12 @@ pub async fn audit(State(board): State<Board>, headers: HeaderMap, Query(q): Que
         Ok(v) => v,
         Err(e) => return error_page(&board, &authed, "Reading the audit log", &e, "/audit").await,
     };
-    body.push_str(
-        "<table><thead><tr><th>When</th><th>Surface</th><th>Principal</th><th>Capability</th><th>Outcome</th>\
-         <th>Task / plan</th><th>Calls</th><th>µs</th></tr></thead><tbody>",
+    let mut table = String::from(
+        "<table class=\"audit\"><thead><tr><th>When</th><th>Surface</th><th>Principal</th><th>Capability</th><th>Outcome</th>\
+         <th>Task / plan</th><th>Calls</th><th>Duration</th></tr></thead><tbody>",
     );
     for r in v["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        let body = &mut table;
         body.push_str("<tr><td>");
         body.push_str(&when(&r["at"]));
         let outcome = text(&r["outcome"]);
@@ -235,10 +272,14 @@ pub async fn audit(State(board): State<Board>, headers: HeaderMap, Query(q): Que
             r["error_code"].as_str().unwrap_or("")
         );
         if let Some(task) = r["task_id"].as_str() {
-            html!(body, "<a class=\"mono\" href=\"/tasks/{}\">{}</a> ", task, task);
+            html!(body, "<a href=\"/tasks/{}\">", task);
+            body.push_str(&html::short_id(task));
+            body.push_str("</a> ");
         }
         if let Some(plan) = r["plan_id"].as_str() {
-            html!(body, "<a class=\"mono\" href=\"/plans/{}\">{}</a>", plan, plan);
+            html!(body, "<a href=\"/plans/{}\">", plan);
+            body.push_str(&html::short_id(plan));
+            body.push_str("</a>");
         }
         // A coalesced row (calls that failed authentication, one row per source and minute)
         // stands for `count` calls.
@@ -248,9 +289,15 @@ pub async fn audit(State(board): State<Board>, headers: HeaderMap, Query(q): Que
         } else {
             html!(body, "</td><td>{}", count);
         }
-        html!(body, "</td><td>{}</td></tr>", text(&r["duration_us"]));
+        html!(
+            body,
+            "</td><td class=\"num\" data-us=\"{}\">{}</td></tr>",
+            text(&r["duration_us"]),
+            micros(&r["duration_us"])
+        );
     }
-    body.push_str("</tbody></table>");
+    table.push_str("</tbody></table>");
+    body.push_str(&html::stack(&table));
     if let Some(next) = v["next_before_audit_id"].as_i64() {
         let mut link: Vec<String> = q
             .iter()
@@ -261,4 +308,64 @@ pub async fn audit(State(board): State<Board>, headers: HeaderMap, Query(q): Que
         html!(body, "<p><a href=\"/audit?{}\">Older rows →</a></p>", link.join("&"));
     }
     html_response(StatusCode::OK, html::page(&frame, &body))
+}
+
+/// A call's duration, given in µs, as people read it: `10.4 ms`, `0.35 ms`, `2.5 s`.
+pub fn micros(us: &Value) -> String {
+    match us.as_i64().filter(|u| *u >= 0) {
+        None => "—".to_owned(),
+        Some(u) if u < 100 => format!("{:.2} ms", u as f64 / 1000.0),
+        Some(u) if u < 1_000_000 => format!("{:.1} ms", u as f64 / 1000.0),
+        Some(u) => super::review::duration(&json!(u / 1000)),
+    }
+}
+
+/// A runtime's other facts in words: `key: value` lines, lists as chips — never JSON.
+fn runtime_details(details: &Value) -> String {
+    let Some(map) = details.as_object().filter(|m| !m.is_empty()) else { return "—".to_owned() };
+    let mut out = String::from("<dl class=\"kv\">");
+    for (k, v) in map.iter().filter(|(_, v)| !v.is_null()) {
+        html!(out, "<dt>{}</dt><dd>", k.replace('_', " "));
+        match (v.as_bool(), v.as_str()) {
+            (Some(yes), _) => out.push_str(if yes { "yes" } else { "no" }),
+            // A machine word (`runtime_catalog`) in words.
+            (_, Some(word)) => html!(out, "{}", word.replace('_', " ")),
+            _ => out.push_str(&html::chips(v)),
+        }
+        out.push_str("</dd>");
+    }
+    out.push_str("</dl>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_in_ms_and_runtime_details_are_not_json() {
+        assert_eq!(micros(&json!(10_417)), "10.4 ms");
+        assert_eq!(micros(&json!(40)), "0.04 ms");
+        assert_eq!(micros(&json!(2_500_000)), "2.5 s");
+        assert_eq!(micros(&Value::Null), "—");
+        let d = runtime_details(&json!({ "workdirs": ["repo", "docs"], "reason": null }));
+        assert!(!d.contains("reason"), "{d}");
+        assert!(d.contains("<span class=\"chip\">repo</span>") && !d.contains('['), "{d}");
+    }
+
+    #[test]
+    fn only_a_guard_left_behind_reads_not_proven_stopped() {
+        let proof = json!({ "missing": "the provider's process group leader still runs" });
+        let running = json!({ "alias": "repo", "state": "busy", "lease_holder": "agt_1",
+            "guard": { "task_id": "agt_1", "running": true, "task_status": "running", "proof": proof } });
+        let cell = guard_cell(&running, "", "c");
+        assert!(cell.contains("held while its task runs") && !cell.contains("Not proven"), "{cell}");
+        let left = json!({ "alias": "repo", "state": "recovery_required", "lease_holder": null,
+            "guard": { "task_id": "agt_2", "running": false, "task_status": "interrupted", "proof": proof } });
+        let cell = guard_cell(&left, "<a href=\"/tasks/agt_2\">x</a>", "c");
+        assert!(cell.contains("left by task <a href=\"/tasks/agt_2\">x</a> (Interrupted)"), "{cell}");
+        assert!(cell.contains("Not proven stopped: the provider&#39;s process group leader still runs"), "{cell}");
+        assert!(cell.contains("action=\"/workdirs/repo/clear-guard\""), "{cell}");
+        assert_eq!(guard_cell(&json!({ "guard": null }), "", "c"), "—");
+    }
 }

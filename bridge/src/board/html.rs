@@ -163,13 +163,112 @@ pub fn when(value: &serde_json::Value) -> String {
     }
 }
 
-/// A JSON value as plain text (`—` for null).
+/// A JSON value as plain text: `—` for null, a list as `a, b`, an object as `key: value`
+/// pairs — never JSON source.
 pub fn text(value: &serde_json::Value) -> String {
+    use serde_json::Value;
     match value {
-        serde_json::Value::Null => "—".to_owned(),
-        serde_json::Value::String(s) => s.clone(),
+        Value::Null => "—".to_owned(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.is_empty() => "—".to_owned(),
+        Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(", "),
+        Value::Object(map) if map.is_empty() => "—".to_owned(),
+        Value::Object(map) => {
+            map.iter().map(|(k, v)| format!("{}: {}", k.replace('_', " "), text(v))).collect::<Vec<_>>().join(" · ")
+        }
         other => other.to_string(),
     }
+}
+
+/// A list of words as chips (`—` when empty); anything else as [`text`].
+pub fn chips(value: &serde_json::Value) -> String {
+    let Some(items) = value.as_array().filter(|l| !l.is_empty()) else { return escape(&text(value)) };
+    let mut out = String::new();
+    for item in items {
+        html!(out, "<span class=\"chip\">{}</span>", text(item));
+    }
+    out
+}
+
+/// An id as lists show it: the whole id in the markup (a copy takes all of it, and `title`
+/// shows it on hover), cut by the stylesheet to its first dozen characters and an ellipsis.
+pub fn short_id(id: &str) -> String {
+    let mut out = String::new();
+    html!(out, "<span class=\"id\" title=\"{}\">{}</span>", id, id);
+    out
+}
+
+/// A link to a task's or a plan's page led by its title, its short id under it.
+pub fn lead(href: &str, title: &str, id: &str) -> String {
+    let mut out = String::new();
+    html!(out, "<a class=\"lead\" href=\"{}\">{}</a><br>", href, title);
+    out.push_str(&short_id(id));
+    out
+}
+
+/// Gives every cell of a table its column's heading (`data-label`) and the table the class
+/// `stack`, so that on a narrow screen the stylesheet shows each row as a card of labelled
+/// lines. The table is markup the board wrote: every argument in it is escaped, so each
+/// `<th`, `<tr` and `<td` in it is a tag.
+pub fn stack(table: &str) -> String {
+    let Some(head_end) = table.find("</thead>").map(|i| i + "</thead>".len()) else { return table.to_owned() };
+    let labels: Vec<String> = table[..head_end]
+        .split("<th")
+        .skip(1)
+        // `<thead` splits there too.
+        .filter(|cell| cell.starts_with('>') || cell.starts_with(' '))
+        .map(|cell| {
+            let inner = cell.split_once('>').map_or("", |(_, rest)| rest);
+            let inner = inner.split("</th>").next().unwrap_or("");
+            // The heading's words without their tags (headings hold no attribute markup).
+            let mut words = String::new();
+            let mut in_tag = false;
+            for c in inner.chars() {
+                match c {
+                    '<' => in_tag = true,
+                    '>' => in_tag = false,
+                    c if !in_tag => words.push(c),
+                    _ => {}
+                }
+            }
+            words
+        })
+        .collect();
+    let head = &table[..head_end];
+    let mut out = String::with_capacity(table.len() * 5 / 4);
+    match head.strip_prefix("<table class=\"") {
+        Some(rest) => {
+            out.push_str("<table class=\"stack ");
+            out.push_str(rest);
+        }
+        None => {
+            out.push_str("<table class=\"stack\"");
+            out.push_str(head.strip_prefix("<table").unwrap_or(head));
+        }
+    }
+    let mut rest = &table[head_end..];
+    let mut column = 0;
+    while let Some(at) = rest.find('<') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if rest.starts_with("<tr") {
+            column = 0;
+        } else if rest.starts_with("<td>") || rest.starts_with("<td ") {
+            html!(out, "<td data-label=\"{}\"", labels.get(column).map_or("", String::as_str));
+            let span = rest[3..].split_once('>').map_or("", |(attrs, _)| attrs);
+            let width = span
+                .split_once("colspan=\"")
+                .and_then(|(_, n)| n.split('"').next()?.parse::<usize>().ok())
+                .unwrap_or(1);
+            column += width;
+            rest = &rest[3..];
+            continue;
+        }
+        out.push('<');
+        rest = &rest[1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A hidden CSRF field.
@@ -207,5 +306,30 @@ mod tests {
         assert_eq!(out, "<a title=\"&quot;&gt;&lt;script&gt;\">&lt;b&gt;&amp;&#39;x&#39;</a>");
         assert_eq!(escape("é & ü"), "é &amp; ü");
         assert!(badge("<x>").contains("data-status=\"&lt;x&gt;\""));
+    }
+
+    #[test]
+    fn values_read_as_text_never_as_json() {
+        use serde_json::json;
+        assert_eq!(text(&json!(["fake", "codex"])), "fake, codex");
+        assert_eq!(text(&json!({ "probe_ms": 3, "path_ok": true })), "path ok: true · probe ms: 3");
+        assert_eq!(text(&json!([])), "—");
+        assert_eq!(chips(&json!(["a<b>"])), "<span class=\"chip\">a&lt;b&gt;</span>");
+        assert!(short_id("agt_0123456789abcdef").contains("title=\"agt_0123456789abcdef\""));
+    }
+
+    #[test]
+    fn a_stacked_table_labels_each_cell_with_its_heading() {
+        let t = stack(
+            "<table><thead><tr><th>State</th><th>Task <span>id</span></th></tr></thead><tbody>\
+             <tr><td>a</td><td class=\"num\">&lt;td&gt;</td></tr><tr><td colspan=\"2\">none</td></tr></tbody></table>",
+        );
+        assert_eq!(
+            t,
+            "<table class=\"stack\"><thead><tr><th>State</th><th>Task <span>id</span></th></tr></thead><tbody>\
+             <tr><td data-label=\"State\">a</td><td data-label=\"Task id\" class=\"num\">&lt;td&gt;</td></tr>\
+             <tr><td data-label=\"State\" colspan=\"2\">none</td></tr></tbody></table>"
+        );
+        assert!(stack("<table class=\"files\"><thead></thead></table>").starts_with("<table class=\"stack files\">"));
     }
 }

@@ -101,7 +101,8 @@ pub async fn show(State(board): State<Board>, Path(token): Path<String>) -> Resp
     body.push_str(&badge(t["status"].as_str().unwrap_or("")));
     html!(
         body,
-        "<span class=\"meta\"><b>{}</b> task in <b>{}</b> · <span class=\"mono\">{}</span></span></div></div>",
+        "<b>{}</b> <span class=\"meta\">{} task in <b>{}</b> · <span class=\"full-id\">{}</span></span></div></div>",
+        super::pages::task_title(t),
         text(&t["runtime"]),
         text(&t["workdir"]),
         answer.task_id

@@ -48,6 +48,7 @@ mod notify_pages;
 mod pages;
 mod plan_pages;
 mod review;
+mod timeline;
 
 use crate::registry::sessions::{Session, Sessions};
 use guard::PublicUrl;

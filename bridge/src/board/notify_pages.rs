@@ -62,7 +62,7 @@ fn targets(list: &[Value]) -> String {
         out.push_str("</td></tr>");
     }
     out.push_str("</tbody></table>");
-    out
+    html::stack(&out)
 }
 
 /// The deliveries table.
@@ -81,16 +81,21 @@ fn deliveries(list: &[Value]) -> String {
         out.push_str(&when(&d["created_at"]));
         html!(
             out,
-            "</td><td class=\"mono\">{}</td><td>{}</td><td><code>{}</code></td><td>",
+            "</td><td><span class=\"id\" title=\"{}\">{}</span></td><td>{}</td><td><code>{}</code></td><td>",
+            text(&d["message_id"]),
             text(&d["message_id"]),
             format!("{:02}", d["target"].as_u64().unwrap_or(0)),
             text(&d["event"])
         );
         if let Some(task) = d["task_id"].as_str() {
-            html!(out, "<a class=\"mono\" href=\"/tasks/{}\">{}</a> ", task, task);
+            html!(out, "<a href=\"/tasks/{}\">", task);
+            out.push_str(&html::short_id(task));
+            out.push_str("</a> ");
         }
         if let Some(plan) = d["plan_id"].as_str() {
-            html!(out, "<a class=\"mono\" href=\"/plans/{}\">{}</a>", plan, plan);
+            html!(out, "<a href=\"/plans/{}\">", plan);
+            out.push_str(&html::short_id(plan));
+            out.push_str("</a>");
         }
         html!(
             out,
@@ -119,7 +124,7 @@ fn deliveries(list: &[Value]) -> String {
         out.push_str("</td></tr>");
     }
     out.push_str("</tbody></table>");
-    out
+    html::stack(&out)
 }
 
 /// `GET /notifications`.
@@ -158,9 +163,9 @@ mod tests {
                     "failing_since": null, "failing_for_an_hour": false }),
         ];
         let out = targets(&list);
-        assert!(out.contains("<tr data-target=\"1\" class=\"failing\">"), "{out}");
+        assert!(out.contains("<tr data-target=\"1\" class=\"failing\"><td data-label=\"Target\">"), "{out}");
         assert!(out.contains("Failing for over an hour") && out.contains("https://&lt;x&gt;/…"), "{out}");
-        assert!(out.contains("<tr data-target=\"2\" class=\"\"><td><b>02</b>"), "{out}");
+        assert!(out.contains("<tr data-target=\"2\" class=\"\"><td data-label=\"Target\"><b>02</b>"), "{out}");
         let d = deliveries(&[json!({ "message_id": "msg_1", "target": 1, "event": "approval.requested",
             "task_id": "agt_<1>", "plan_id": null, "state": "pending", "attempts": 2, "last_status": null,
             "last_error": "connection <failed>", "latency_ms": 3, "created_at": "2026-12-04T10:00:00Z",

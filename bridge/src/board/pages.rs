@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::html::{self, Nav, badge, csrf_field, text, urlencode, when};
 use super::plan_pages::pending_card;
-use super::review;
 use super::{Board, error_page, html_response, to_login};
+use super::{review, timeline};
 use crate::html;
 use crate::model::TaskStatus;
 
@@ -23,30 +23,36 @@ fn query<'a>(q: &'a Q, name: &str) -> Option<&'a str> {
     q.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
 }
 
-/// A table of tasks.
+/// A task's title as lists show it (its prompt's start when it was given none).
+pub fn task_title(t: &Value) -> String {
+    match t["title"].as_str().filter(|s| !s.trim().is_empty()) {
+        Some(title) => title.to_owned(),
+        None => format!("{} task in {}", text(&t["runtime"]), text(&t["workdir"])),
+    }
+}
+
+/// A table of tasks: each row led by the task's title, its id shortened under it.
 pub fn task_table(tasks: &[Value]) -> String {
     if tasks.is_empty() {
         return "<p class=\"empty\">No task.</p>".to_owned();
     }
     let mut out = String::from(
-        "<table><thead><tr><th>State</th><th>Task</th><th>Runtime</th><th>Workdir</th><th>Profile</th>\
-         <th>Owner</th><th>Created</th><th>Duration</th><th>Cost</th><th>Changes</th><th>Error</th></tr></thead><tbody>",
+        "<table class=\"tasks\"><thead><tr><th>State</th><th>Task</th><th>Runs</th><th>Created</th>\
+         <th>Duration</th><th>Cost</th><th>Changes</th><th>Error</th></tr></thead><tbody>",
     );
     for t in tasks {
         let id = text(&t["task_id"]);
-        html!(out, "<tr><td>");
+        out.push_str("<tr><td>");
         out.push_str(&badge(t["status"].as_str().unwrap_or("")));
+        out.push_str("</td><td>");
+        out.push_str(&html::lead(&format!("/tasks/{id}"), &task_title(t), &id));
         html!(
             out,
-            "</td><td><a class=\"mono\" href=\"/tasks/{}\">{}</a><div class=\"title\">{}</div></td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>",
-            id,
-            id,
-            t["title"].as_str().unwrap_or(""),
+            " <span class=\"meta\">by {}</span></td><td class=\"runs\">{} in <b>{}</b><br><span class=\"meta\">{}</span></td><td>",
+            text(&t["owner"]),
             text(&t["runtime"]),
             text(&t["workdir"]),
-            text(&t["profile"]),
-            text(&t["owner"])
+            text(&t["profile"])
         );
         out.push_str(&when(&t["created_at"]));
         html!(
@@ -56,10 +62,13 @@ pub fn task_table(tasks: &[Value]) -> String {
             review::cost(&t["usage"])
         );
         out.push_str(&review::change_counts(&t["changes"]));
-        html!(out, "</td><td><code>{}</code></td></tr>", t["error_code"].as_str().unwrap_or(""));
+        match t["error_code"].as_str() {
+            Some(code) => html!(out, "</td><td><code>{}</code></td></tr>", code),
+            None => out.push_str("</td><td></td></tr>"),
+        }
     }
     out.push_str("</tbody></table>");
-    out
+    html::stack(&out)
 }
 
 fn select(out: &mut String, name: &str, label: &str, options: &[&str], current: Option<&str>) {
@@ -80,7 +89,7 @@ pub async fn index(State(board): State<Board>, headers: HeaderMap, Query(q): Que
     if let Ok(plans) = &pending
         && let Some(list) = plans["plans"].as_array().filter(|l| !l.is_empty())
     {
-        html!(body, "<h2>Plans awaiting your approval ({})</h2>", list.len());
+        html!(body, "<h2 class=\"needs-you\">Plans awaiting your approval ({})</h2>", list.len());
         for plan in list {
             body.push_str(&pending_card(plan, &authed.session.csrf));
         }
@@ -92,7 +101,7 @@ pub async fn index(State(board): State<Board>, headers: HeaderMap, Query(q): Que
         }
     }
     if !waiting.is_empty() {
-        html!(body, "<h2>Tasks waiting for an answer ({})</h2>", waiting.len());
+        html!(body, "<h2 class=\"needs-you\">Tasks waiting for you ({})</h2>", waiting.len());
         body.push_str(&task_table(&waiting));
     }
     body.push_str("<h2>All tasks</h2><form class=\"filters\" method=\"get\" action=\"/\">");
@@ -153,11 +162,12 @@ pub fn request_form(pending: &Value, csrf: &str, target: FormTarget<'_>) -> Stri
     if pending["kind"] == "approval" {
         html!(
             out,
-            "<h2>The agent asks for approval</h2><p><b>{}</b> <span class=\"meta\">({}) · expires {}</span></p>",
+            "<h2>The agent asks for approval</h2><p><b>{}</b> <span class=\"meta\">({}) · expires ",
             text(&payload["title"]),
-            text(&payload["category"]),
-            text(&pending["expires_at"])
+            text(&payload["category"])
         );
+        out.push_str(&when(&pending["expires_at"]));
+        out.push_str("</span></p>");
         if let Some(map) = payload.as_object() {
             out.push_str("<dl class=\"kv\">");
             for (k, v) in map {
@@ -173,7 +183,7 @@ pub fn request_form(pending: &Value, csrf: &str, target: FormTarget<'_>) -> Stri
                 ) {
                     continue;
                 }
-                html!(out, "<dt>{}</dt><dd><pre>{}</pre></dd>", k, text(v));
+                html!(out, "<dt>{}</dt><dd><pre>{}</pre></dd>", k.replace('_', " "), lines(v));
             }
             out.push_str("</dl>");
         }
@@ -237,6 +247,17 @@ pub fn request_form(pending: &Value, csrf: &str, target: FormTarget<'_>) -> Stri
     out
 }
 
+/// A request's value as lines of text: a list's items one a line, an object's `key: value`.
+fn lines(v: &Value) -> String {
+    match v {
+        Value::Array(items) if !items.is_empty() => items.iter().map(lines).collect::<Vec<_>>().join("\n"),
+        Value::Object(map) if !map.is_empty() => {
+            map.iter().map(|(k, v)| format!("{}: {}", k.replace('_', " "), text(v))).collect::<Vec<_>>().join("\n")
+        }
+        other => text(other),
+    }
+}
+
 fn hidden_fields(csrf: &str, task_id: Option<&str>, request_id: &str) -> String {
     let mut out = csrf_field(csrf);
     if let Some(task_id) = task_id {
@@ -258,10 +279,11 @@ pub async fn task(
         Ok(t) => t,
         Err(e) => return error_page(&board, &authed, "Showing this task", &e, "/").await,
     };
-    let title = match t["title"].as_str() {
-        Some(name) => format!("Task {id}: {name}"),
-        None => format!("Task {id}"),
-    };
+    // A page of events at a time: `?after=N` shows those after event N.
+    let after = query(&q, "after").and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
+    let args = json!({ "task_id": id, "after_event_id": after, "limit": TIMELINE_PAGE });
+    let events = board.call("read_agent_task_events", args).await;
+    let title = task_title(&t);
     let frame = board.frame(&title, Nav::Tasks, &authed).await;
     let csrf = &authed.session.csrf;
     let mut body = String::from("<div class=\"card\"><div class=\"row\">");
@@ -279,6 +301,7 @@ pub async fn task(
         text(&t["profile"]),
         text(&t["owner"])
     );
+    html!(body, "<dt>Task</dt><dd class=\"full-id\">{}</dd>", id);
     for (label, key) in [
         ("Created", "created_at"),
         ("Started", "started_at"),
@@ -291,16 +314,12 @@ pub async fn task(
     }
     if let Some(plan) = t["plan"].as_object() {
         let plan_id = text(&plan["plan_id"]);
-        html!(
-            body,
-            "<dt>Plan</dt><dd>step {} of <a class=\"mono\" href=\"/plans/{}\">{}</a></dd>",
-            text(&plan["step"]),
-            plan_id,
-            plan_id
-        );
+        html!(body, "<dt>Plan</dt><dd>step {} of <a href=\"/plans/{}\">the plan</a> ", text(&plan["step"]), plan_id);
+        body.push_str(&html::short_id(&plan_id));
+        body.push_str("</dd>");
     }
     if let Some(from) = t["continue_from_task_id"].as_str() {
-        html!(body, "<dt>Continues</dt><dd><a class=\"mono\" href=\"/tasks/{}\">{}</a></dd>", from, from);
+        html!(body, "<dt>Continues</dt><dd><a class=\"full-id\" href=\"/tasks/{}\">{}</a></dd>", from, from);
     }
     body.push_str("</dl></div>");
     if !t["error"].is_null() {
@@ -310,6 +329,9 @@ pub async fn task(
             text(&t["error"]["code"]),
             text(&t["error"]["message"])
         );
+    }
+    if let Ok(v) = &events {
+        body.push_str(&timeline::denials(v["events"].as_array().map(Vec::as_slice).unwrap_or(&[])));
     }
     if let Some(p) = t.get("pending_request").filter(|p| !p.is_null()) {
         body.push_str(&pending_form(&id, p, csrf));
@@ -330,17 +352,14 @@ pub async fn task(
     let diff_offset = query(&q, "diff_offset").and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
     body.push_str(&review::changes_section(&board, &id, &t, query(&q, "file"), diff_offset).await);
     body.push_str("<h2>Timeline</h2>");
-    // A page of events at a time: `?after=N` shows those after event N.
-    let after = query(&q, "after").and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
-    let args = json!({ "task_id": id, "after_event_id": after, "limit": TIMELINE_PAGE });
-    match board.call("read_agent_task_events", args).await {
+    match events {
         Ok(v) => {
-            let events = v["events"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let list = v["events"].as_array().map(Vec::as_slice).unwrap_or(&[]);
             if after > 0 {
                 html!(body, "<p><a href=\"/tasks/{}\">← From the first event</a></p>", urlencode(&id));
             }
-            body.push_str(&timeline(events));
-            if events.len() == TIMELINE_PAGE {
+            body.push_str(&timeline::timeline(list));
+            if list.len() == TIMELINE_PAGE {
                 let next = v["next_after_event_id"].as_u64().unwrap_or(after);
                 html!(body, "<p><a href=\"/tasks/{}?after={}\">Later events →</a></p>", urlencode(&id), next);
             }
@@ -348,25 +367,4 @@ pub async fn task(
         Err(e) => html!(body, "<div class=\"error\"><code>{}</code>: {}</div>", e.code, e.message),
     }
     html_response(StatusCode::OK, html::page(&frame, &body))
-}
-
-fn timeline(events: &[Value]) -> String {
-    if events.is_empty() {
-        return "<p class=\"empty\">No event yet.</p>".to_owned();
-    }
-    let mut out = String::from("<table><thead><tr><th>Time</th><th>Event</th><th>Details</th></tr></thead><tbody>");
-    for e in events {
-        out.push_str("<tr><td>");
-        out.push_str(&when(&e["created_at"]));
-        let payload = &e["payload"];
-        let detail = match payload.get("text").and_then(Value::as_str) {
-            Some(t) => t.to_owned(),
-            None if payload.as_object().is_some_and(|m| m.is_empty()) => String::new(),
-            None => payload.to_string(),
-        };
-        let detail: String = detail.chars().take(400).collect();
-        html!(out, "</td><td><code>{}</code></td><td>{}</td></tr>", text(&e["event_type"]), detail);
-    }
-    out.push_str("</tbody></table>");
-    out
 }

@@ -33,12 +33,64 @@ fn provenance(plan: &Value) -> String {
     out
 }
 
+/// A plan's or a step's state badge: "Needs you" while its task waits for a person (the wire
+/// state, e.g. `running`, stays in `data-status`).
+fn state_badge(status: &str, needs_you: bool) -> String {
+    if !needs_you {
+        return badge(status);
+    }
+    let mut out = String::new();
+    html!(out, "<span class=\"badge ask\" data-status=\"{}\" data-attention=\"needs_you\">Needs you</span>", status);
+    out
+}
+
+/// The step whose task waits for a person, if any.
+fn waiting_step(p: &Value) -> Option<&Value> {
+    p["steps"].as_array()?.iter().find(|s| s["attention"] == "needs_you")
+}
+
+/// Where the plan is, in words for the person at the board (the view's `message` is written
+/// for the calling model), with the board's own way to act on it.
+fn human_sentence(p: &Value) -> String {
+    let mut out = String::new();
+    let step = text(&p["current_step"]);
+    match p["status"].as_str().unwrap_or("") {
+        "pending_approval" => out.push_str("Nothing of this plan runs until you approve it."),
+        "approved" => out.push_str("Approved: its first step starts now."),
+        "running" => match waiting_step(p) {
+            Some(s) => {
+                let task = text(&s["task_id"]);
+                let what =
+                    if s["task_status"] == "waiting_for_question" { "a question to answer" } else { "an approval" };
+                html!(
+                    out,
+                    "<b>Step {} waits for you:</b> its task has {} for you. <a class=\"button\" href=\"/tasks/{}\">Answer it on the task's page →</a>",
+                    text(&s["position"]),
+                    what,
+                    task
+                );
+            }
+            None => html!(out, "Step {} runs as a task; its page has its progress.", step),
+        },
+        "waiting" => html!(
+            out,
+            "Step {} waits for its workdir ({}); it starts by itself when the workdir is free.",
+            step,
+            text(&p["waiting_for"])
+        ),
+        "succeeded" => out.push_str("Every step succeeded."),
+        "rejected" => out.push_str("Rejected: none of it ran."),
+        _ => html!(out, "The plan stopped: {}", text(&p["error"]["message"])),
+    }
+    out
+}
+
 fn decision_forms(plan_id: &str, csrf: &str) -> String {
     let mut out = String::from("<div class=\"row\">");
     html!(out, "<form class=\"inline\" method=\"post\" action=\"/plans/{}/approve\">", plan_id);
     out.push_str(&csrf_field(csrf));
     out.push_str("<button class=\"primary\" name=\"approve\">Approve and run</button></form>");
-    html!(out, "<form class=\"inline row\" method=\"post\" action=\"/plans/{}/reject\">", plan_id);
+    html!(out, "<form class=\"row grow\" method=\"post\" action=\"/plans/{}/reject\">", plan_id);
     out.push_str(&csrf_field(csrf));
     out.push_str(
         "<input type=\"text\" name=\"reason\" size=\"40\" maxlength=\"1000\" \
@@ -55,6 +107,8 @@ pub fn pending_card(plan: &Value, csrf: &str) -> String {
     html!(out, "<div class=\"card attention\" data-plan=\"{}\"><div class=\"row\">", id);
     out.push_str(&badge("pending_approval"));
     html!(out, " <b><a href=\"/plans/{}\">{}</a></b> ", id, text(&plan["title"]));
+    out.push_str(&html::short_id(&id));
+    out.push(' ');
     out.push_str(&provenance(plan));
     out.push_str("</div><ol class=\"steps\">");
     for step in plan["steps"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
@@ -101,30 +155,30 @@ pub async fn list(State(board): State<Board>, headers: HeaderMap, Query(q): Quer
     if others.is_empty() {
         body.push_str("<p class=\"empty\">No other plan.</p>");
     } else {
-        body.push_str(
-            "<table><thead><tr><th>State</th><th>Plan</th><th>Created by</th><th>Workdir</th><th>Runtime</th>\
-             <th>Step</th><th>Created</th></tr></thead><tbody>",
+        let mut table = String::from(
+            "<table><thead><tr><th>State</th><th>Plan</th><th>Runs</th><th>Step</th><th>Created</th></tr></thead><tbody>",
         );
         for p in others {
             let id = text(&p["plan_id"]);
-            body.push_str("<tr><td>");
-            body.push_str(&badge(p["status"].as_str().unwrap_or("")));
+            table.push_str("<tr><td>");
+            table.push_str(&state_badge(p["status"].as_str().unwrap_or(""), p["needs_human"] == true));
+            table.push_str("</td><td>");
+            table.push_str(&html::lead(&format!("/plans/{id}"), &text(&p["title"]), &id));
             let steps = p["steps"].as_array().map_or(0, Vec::len);
             html!(
-                body,
-                "</td><td><a href=\"/plans/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>",
-                id,
-                text(&p["title"]),
+                table,
+                " <span class=\"meta\">by {}</span></td><td>{} in <b>{}</b></td><td>{} / {}</td><td>",
                 text(&p["created_by"]),
-                text(&p["workdir"]),
                 text(&p["runtime"]),
+                text(&p["workdir"]),
                 p["current_step"].as_i64().map_or("—".to_owned(), |s| s.to_string()),
                 steps
             );
-            body.push_str(&when(&p["created_at"]));
-            body.push_str("</td></tr>");
+            table.push_str(&when(&p["created_at"]));
+            table.push_str("</td></tr>");
         }
-        body.push_str("</tbody></table>");
+        table.push_str("</tbody></table>");
+        body.push_str(&html::stack(&table));
     }
     html_response(StatusCode::OK, html::page(&frame, &body))
 }
@@ -140,10 +194,15 @@ pub async fn show(State(board): State<Board>, headers: HeaderMap, Path(id): Path
     let frame = board.frame(&title, Nav::Plans, &authed).await;
     let csrf = &authed.session.csrf;
     let mut body = String::from("<div class=\"card\"><div class=\"row\">");
-    body.push_str(&badge(p["status"].as_str().unwrap_or("")).replace("class=\"badge ", "class=\"badge big "));
+    let needs_you = p["needs_human"] == true && p["awaiting_human"] != true;
+    body.push_str(
+        &state_badge(p["status"].as_str().unwrap_or(""), needs_you).replace("class=\"badge ", "class=\"badge big "),
+    );
     body.push(' ');
     body.push_str(&provenance(&p));
-    html!(body, "</div><p>{}</p><dl class=\"kv\"><dt>Plan</dt><dd class=\"mono\">{}</dd>", text(&p["message"]), id);
+    html!(body, "</div><p id=\"plan-state\">");
+    body.push_str(&human_sentence(&p));
+    html!(body, "</p><dl class=\"kv\"><dt>Plan</dt><dd class=\"full-id\">{}</dd>", id);
     if let Some(by) = p["approved_by"].as_str() {
         html!(body, "<dt>Approved by</dt><dd>{} ", by);
         body.push_str(&when(&p["approved_at"]));
@@ -171,29 +230,36 @@ pub async fn show(State(board): State<Board>, headers: HeaderMap, Path(id): Path
         body.push_str(&csrf_field(csrf));
         body.push_str("<button class=\"danger\">Cancel this plan and its running step</button></form>");
     }
-    body.push_str(
-        "<h2>Steps</h2><table><thead><tr><th>#</th><th>Step</th><th>State</th><th>Task</th><th>Started</th>\
+    let mut table = String::from(
+        "<table class=\"steps-table\"><thead><tr><th>#</th><th>Step</th><th>State</th><th>Task</th><th>Started</th>\
          <th>Finished</th></tr></thead><tbody>",
     );
+    // A plan awaiting approval shows its steps in full: a person approves what they have read.
+    let open = if p["awaiting_human"] == true { " open" } else { "" };
     for s in p["steps"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         html!(
-            body,
-            "<tr><td>{}</td><td><details><summary>{}</summary><pre>{}</pre></details></td><td>",
+            table,
+            "<tr><td>{}</td><td><details{}><summary>{}</summary><pre>{}</pre></details></td><td>",
             text(&s["position"]),
+            open,
             text(&s["title"]),
             text(&s["prompt"])
         );
-        body.push_str(&badge(s["status"].as_str().unwrap_or("")));
-        body.push_str("</td><td>");
+        table.push_str(&state_badge(s["status"].as_str().unwrap_or(""), s["attention"] == "needs_you"));
+        table.push_str("</td><td>");
         if let Some(task) = s["task_id"].as_str() {
-            html!(body, "<a class=\"mono\" href=\"/tasks/{}\">{}</a>", task, task);
+            html!(table, "<a href=\"/tasks/{}\">", task);
+            table.push_str(&html::short_id(task));
+            table.push_str("</a>");
         }
-        body.push_str("</td><td>");
-        body.push_str(&when(&s["started_at"]));
-        body.push_str("</td><td>");
-        body.push_str(&when(&s["completed_at"]));
-        body.push_str("</td></tr>");
+        table.push_str("</td><td>");
+        table.push_str(&when(&s["started_at"]));
+        table.push_str("</td><td>");
+        table.push_str(&when(&s["completed_at"]));
+        table.push_str("</td></tr>");
     }
-    body.push_str("</tbody></table>");
+    table.push_str("</tbody></table>");
+    body.push_str("<h2>Steps</h2>");
+    body.push_str(&html::stack(&table));
     html_response(StatusCode::OK, html::page(&frame, &body))
 }

@@ -171,8 +171,15 @@ async fn execute(client: &Client, action: Action, json_mode: bool) -> Result<(),
         Action::Guards(GuardsCommand::List) => {
             let v = call(client, "admin_workdir_status", json!({})).await?;
             show(json_mode, &v, |v| {
+                // A running task's own guard lacks no proof: its stop is not due yet.
+                let mut rows = v["workdirs"].clone();
+                for w in rows.as_array_mut().into_iter().flatten() {
+                    if w["guard"]["running"] == true {
+                        w["guard"]["proof"]["missing"] = json!("- (its task runs)");
+                    }
+                }
                 listing(
-                    &v["workdirs"],
+                    &rows,
                     &[
                         ("WORKDIR", "/alias"),
                         ("STATE", "/state"),

@@ -82,10 +82,30 @@ pub enum BoardCommand {
     Revoke,
 }
 
+/// A step's state as the operator reads it: `running, NEEDS YOU` while its task waits for a
+/// person.
+fn step_state(step: &Value) -> String {
+    if step["attention"] == "needs_you" { format!("{}, NEEDS YOU", s(&step["status"])) } else { s(&step["status"]) }
+}
+
 fn describe_plan(v: &Value) -> String {
+    let waiting = v["steps"].as_array().and_then(|l| l.iter().find(|st| st["attention"] == "needs_you"));
+    let status = match waiting {
+        Some(step) => format!(
+            "{}, NEEDS YOU: step {}'s task waits for {} (agent-bridge tasks show {})",
+            s(&v["status"]),
+            s(&step["position"]),
+            if step["task_status"] == "waiting_for_question" { "an answer" } else { "an approval" },
+            s(&step["task_id"])
+        ),
+        None if v["awaiting_human"] == true => {
+            format!("{}, NEEDS YOU: agent-bridge plans approve|reject {}", s(&v["status"]), s(&v["plan_id"]))
+        }
+        None => s(&v["status"]),
+    };
     let mut lines = vec![
         format!("plan      {}  {}", s(&v["plan_id"]), s(&v["title"])),
-        format!("status    {}", s(&v["status"])),
+        format!("status    {status}"),
         format!("created   by {} via {} at {}", s(&v["created_by"]), s(&v["created_surface"]), s(&v["created_at"])),
         format!("runs      {} in {} ({})", s(&v["runtime"]), s(&v["workdir"]), s(&v["profile"])),
     ];
@@ -98,12 +118,14 @@ fn describe_plan(v: &Value) -> String {
     if !v["error"].is_null() {
         lines.push(format!("error     {}: {}", s(&v["error"]["code"]), s(&v["error"]["message"])));
     }
-    lines.push(format!("          {}", s(&v["message"])));
+    if waiting.is_none() && v["awaiting_human"] != true {
+        lines.push(format!("          {}", s(&v["message"])));
+    }
     for step in v["steps"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         lines.push(format!(
-            "step {:>2}   {:<12} {:<36} {}",
+            "step {:>2}   {:<21} {:<36} {}",
             s(&step["position"]),
-            s(&step["status"]),
+            step_state(step),
             s(&step["task_id"]),
             s(&step["title"])
         ));
@@ -117,8 +139,15 @@ pub(super) async fn plans(client: &Client, command: PlansCommand, json_mode: boo
         PlansCommand::List { status, owner } => {
             let v = call(client, "admin_list_plans", json!({ "status": status, "owner": owner, "limit": 200 })).await?;
             show(json_mode, &v, |v| {
+                // A plan a person must act on says so beside its state.
+                let mut rows = v["plans"].clone();
+                for p in rows.as_array_mut().into_iter().flatten() {
+                    if p["needs_human"] == true {
+                        p["status"] = json!(format!("{}, NEEDS YOU", s(&p["status"])));
+                    }
+                }
                 listing(
-                    &v["plans"],
+                    &rows,
                     &[
                         ("PLAN", "/plan_id"),
                         ("STATUS", "/status"),
@@ -202,4 +231,39 @@ pub(super) async fn board(client: &Client, command: BoardCommand, json_mode: boo
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_waiting_for_a_person_reads_needs_you() {
+        let plan = json!({
+            "plan_id": "pln_1", "title": "Tidy", "status": "running", "awaiting_human": false, "needs_human": true,
+            "message": "Step 1 waits for a human: get_agent_task …",
+            "steps": [
+                { "position": 1, "status": "running", "attention": "needs_you", "task_status": "waiting_for_approval",
+                  "task_id": "agt_1", "title": "Ask" },
+                { "position": 2, "status": "pending", "attention": null, "task_id": null, "title": "Then" },
+            ],
+        });
+        let out = describe_plan(&plan);
+        assert!(
+            out.contains(
+                "status    running, NEEDS YOU: step 1's task waits for an approval (agent-bridge tasks show agt_1)"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("step  1   running, NEEDS YOU    agt_1"), "{out}");
+        assert!(!out.contains("get_agent_task"), "no text written for a calling model: {out}");
+        let pending = json!({ "plan_id": "pln_2", "status": "pending_approval", "awaiting_human": true, "steps": [] });
+        assert!(
+            describe_plan(&pending).contains("pending_approval, NEEDS YOU: agent-bridge plans approve|reject pln_2")
+        );
+        let running = json!({ "plan_id": "pln_3", "status": "running", "message": "Step 1 runs", "steps": [
+            { "position": 1, "status": "running", "attention": null, "task_id": "agt_3", "title": "Go" }] });
+        let out = describe_plan(&running);
+        assert!(!out.contains("NEEDS YOU") && out.contains("Step 1 runs"), "{out}");
+    }
 }

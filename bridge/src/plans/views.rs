@@ -6,13 +6,30 @@ use std::net::SocketAddr;
 use serde_json::{Value, json};
 
 use crate::clock::rfc3339;
-use crate::model::{PlanStatus, StepStatus};
+use crate::model::{PlanStatus, StepStatus, TaskStatus};
 use crate::store::plans::{PlanRow, StepRow};
 
+/// Whether a step's task waits for a person: a pending approval or question.
+pub fn step_needs_human(s: &StepRow) -> bool {
+    matches!(s.task_status, Some(TaskStatus::WaitingForApproval | TaskStatus::WaitingForQuestion))
+}
+
 /// What a caller should know about the plan's state, in one sentence.
-fn message(p: &PlanRow, board: Option<SocketAddr>, current: Option<i64>) -> String {
+fn message(p: &PlanRow, board: Option<SocketAddr>, current: Option<i64>, waiting: Option<&StepRow>) -> String {
     // A board on a Unix socket has no address a caller could use (and its path is a host path).
     let at = board.map_or_else(String::new, |addr| format!(" (http://{addr}/)"));
+    if p.status == PlanStatus::Running
+        && let Some(step) = waiting
+    {
+        let question = step.task_status == Some(TaskStatus::WaitingForQuestion);
+        return format!(
+            "Step {} waits for a human: its task {} asks for {}. get_agent_task shows the request; answer it with {}.",
+            step.position,
+            step.task_id.as_deref().unwrap_or("?"),
+            if question { "an answer" } else { "an approval" },
+            if question { "answer_agent_question" } else { "respond_agent_approval" }
+        );
+    }
     match p.status {
         PlanStatus::PendingApproval => format!(
             "This plan awaits a human: nothing runs until an operator approves it on the agent-bridge board\
@@ -56,6 +73,8 @@ pub fn current_step(p: &PlanRow, steps: &[StepRow]) -> Option<i64> {
 /// The public view of a plan with its steps.
 pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: Option<SocketAddr>) -> Value {
     let current = current_step(p, steps);
+    let waiting = steps.iter().find(|s| !p.status.is_terminal() && step_needs_human(s));
+    let message = message(p, board, current, waiting);
     let steps: Vec<Value> = steps
         .iter()
         .map(|s| {
@@ -69,6 +88,8 @@ pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: Option<SocketAddr>) -> V
                 "prompt": s.prompt,
                 "status": status,
                 "task_id": s.task_id,
+                "task_status": s.task_status.map(TaskStatus::as_str),
+                "attention": (!p.status.is_terminal() && step_needs_human(s)).then_some("needs_you"),
                 "started_at": s.started_at.map(rfc3339),
                 "completed_at": s.completed_at.map(rfc3339),
             })
@@ -83,7 +104,8 @@ pub fn plan_view(p: &PlanRow, steps: &[StepRow], board: Option<SocketAddr>) -> V
         "status": p.status.as_str(),
         "terminal": p.status.is_terminal(),
         "awaiting_human": p.status == PlanStatus::PendingApproval,
-        "message": message(p, board, current),
+        "needs_human": p.status == PlanStatus::PendingApproval || waiting.is_some(),
+        "message": message,
         "owner": p.principal,
         "created_by": p.created_by,
         "created_surface": p.created_surface,

@@ -184,7 +184,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "get_agent_plan",
                 Scope::Read,
                 Role::Viewer,
-                "Shows a plan: whether it still awaits a human, its state, and each step's status and task_id (follow those with get_agent_task).",
+                "Shows a plan: whether it still awaits a human, its state, and each step's status and task_id (follow those with get_agent_task); needs_human and a step's attention \"needs_you\" say its task waits for a human's approval or answer.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: PlanArgs| async move { ctx.services.plans.get(&ctx.principal, &a.plan_id).await },

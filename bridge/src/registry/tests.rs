@@ -32,7 +32,7 @@ const PINNED: &[(&str, &str)] = &[
     ("admin_list_api_keys", "367dcbfa69711e92e03a790e"),
     ("admin_revoke_api_key", "a234c819e3b9bd84844dc576"),
     ("submit_agent_plan", "eafa0d89c9ffb2d130d6bb89"),
-    ("get_agent_plan", "cc259b4be9d8883fb233828f"),
+    ("get_agent_plan", "f0dc2241736faecfac0bdfc6"),
     ("cancel_agent_plan", "d534987fb399aeaab7dfaedb"),
     ("admin_list_plans", "9004a5c6eb2f0a6bee5e677f"),
     ("admin_approve_plan", "99a56dac17a00089756b5c01"),

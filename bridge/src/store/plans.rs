@@ -5,7 +5,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{Store, StoreError, is_unique_violation};
-use crate::model::{PlanStatus, StepStatus};
+use crate::model::{PlanStatus, StepStatus, TaskStatus};
 
 /// A stored plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +79,8 @@ pub struct StepRow {
     pub started_at: Option<i64>,
     /// Unix ms when its task ended.
     pub completed_at: Option<i64>,
+    /// Its task's state, once submitted (read with the step: whether it waits for a person).
+    pub task_status: Option<TaskStatus>,
 }
 
 /// A plan to create.
@@ -165,7 +167,7 @@ const COLUMNS: &str = "plan_id, principal, created_by, created_surface, title, r
     rejection_reason, completed_at, wait_code, error_code, error_message, correlation_id, idempotency_key, \
     request_fingerprint, isolation";
 
-const STEP_COLUMNS: &str = "position, title, prompt, status, task_id, started_at, completed_at";
+const STEP_COLUMNS: &str = "s.position, s.title, s.prompt, s.status, s.task_id, s.started_at, s.completed_at, t.status";
 
 const LIVE_STATES: &str = "('pending_approval','approved','running','waiting')";
 
@@ -208,6 +210,7 @@ fn step_from_row(row: &Row<'_>) -> rusqlite::Result<StepRow> {
         task_id: row.get(4)?,
         started_at: row.get(5)?,
         completed_at: row.get(6)?,
+        task_status: row.get(7)?,
     })
 }
 
@@ -222,7 +225,10 @@ fn find_by_key_in(conn: &Connection, principal: &str, key: &str) -> Result<Optio
 }
 
 fn steps_in(conn: &Connection, plan_id: &str) -> Result<Vec<StepRow>, StoreError> {
-    let sql = format!("SELECT {STEP_COLUMNS} FROM plan_steps WHERE plan_id = ?1 ORDER BY position");
+    let sql = format!(
+        "SELECT {STEP_COLUMNS} FROM plan_steps s LEFT JOIN tasks t ON t.task_id = s.task_id \
+         WHERE s.plan_id = ?1 ORDER BY s.position"
+    );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map([plan_id], step_from_row)?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)

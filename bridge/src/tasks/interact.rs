@@ -241,7 +241,12 @@ impl TaskService {
             }
         }
         let resolution = json!({ "decision": decision, "granted_permission_ids": granted }).to_string();
-        let event = NewEvent::new("approval.resolved", json!({ "request_id": request_id, "decision": decision }));
+        // Who decided, and on what: the task's timeline shows a denial with both.
+        let title: Option<String> = payload.get("title").and_then(Value::as_str).map(|t| t.chars().take(300).collect());
+        let event = NewEvent::new(
+            "approval.resolved",
+            json!({ "request_id": request_id, "decision": decision, "by": principal.name, "title": title }),
+        );
         let (tid, rid, now) = (task_id.to_owned(), request_id.to_owned(), self.inner.clock.now_ms());
         self.inner
             .store

@@ -36,7 +36,6 @@ impl TaskService {
             for g in guards.iter().filter(|g| g.alias() == w.alias && g.branch().is_some()) {
                 let mut view = guard_view(inner, g).await?;
                 view["branch"] = json!(g.branch());
-                view["running"] = json!(inner.active.lock().is_ok_and(|a| a.contains_key(&g.task_id)));
                 branch_guards.push(view);
             }
             let state = match (&holder, &guard) {
@@ -123,8 +122,12 @@ async fn guard_view(inner: &Inner, g: &GuardRow) -> Result<Value, ToolError> {
     let task = inner.store.call(move |s| s.get_task(&id)).await?;
     let copy = g.clone();
     let proof = tokio::task::spawn_blocking(move || guard_proof(&copy)).await.unwrap_or(Value::Null);
+    // A guard whose task this bridge runs now is the writer's own, not a leftover: its stop
+    // is not due yet, so "not proven" says nothing about it.
+    let running = inner.active.lock().is_ok_and(|a| a.contains_key(&g.task_id));
     Ok(json!({
         "task_id": g.task_id,
+        "running": running,
         "runtime": g.runtime,
         "task_status": task.map(|t| t.status.as_str()),
         "created_at": rfc3339(g.created_at),
