@@ -36,7 +36,7 @@ fn request(prompt: &str) -> SubmitRequest {
 const MS: Duration = Duration::from_millis(1);
 const ENV: &str = "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS=600\nSERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS=600\n";
 
-fn parse(view: Box<serde_json::value::RawValue>) -> Value {
+fn parse(view: &serde_json::value::RawValue) -> Value {
     serde_json::from_str(view.get()).unwrap()
 }
 
@@ -73,14 +73,14 @@ async fn a_wait_on_a_new_task_ends_when_the_task_ends_not_when_it_runs() {
     let submitted = service.submit(&operator, request("wait:0.5")).await.unwrap();
     let task_id = submitted["task_id"].as_str().unwrap().to_owned();
     assert_eq!(submitted["status"], "queued");
-    let view = parse(service.get(&operator, &task_id, 10, false).await.unwrap());
+    let view = parse(service.get(&operator, &task_id, 10, false).await.unwrap().as_ref());
     assert_eq!(view["status"], "succeeded", "{view:#}");
     assert_eq!(view["final_response"], "waited 0.5 s");
 
     // Ended: answered at once, however long the wait asked for.
     let again = service.get(&operator, &task_id, 25, false);
     let again = tokio::select! {
-        v = again => parse(v.unwrap()),
+        v = again => parse(&v.unwrap()),
         _ = real_sleep(10_000) => panic!("a wait on an ended task did not answer at once"),
     };
     assert_eq!(again["status"], "succeeded");
@@ -97,7 +97,7 @@ async fn a_wait_ends_when_a_request_appears_and_when_it_is_answered() {
     let operator = Principal::local_operator();
     let submitted = service.submit(&operator, request("approval:make")).await.unwrap();
     let task_id = submitted["task_id"].as_str().unwrap().to_owned();
-    let view = parse(service.get(&operator, &task_id, 10, false).await.unwrap());
+    let view = parse(service.get(&operator, &task_id, 10, false).await.unwrap().as_ref());
     assert_eq!(view["status"], "waiting_for_approval", "{view:#}");
     let request_id = view["pending_request"]["request_id"].as_str().expect("the pending request").to_owned();
     assert_eq!(service.row(&task_id).pending_request_id.as_deref(), Some(request_id.as_str()));
@@ -106,7 +106,7 @@ async fn a_wait_ends_when_a_request_appears_and_when_it_is_answered() {
     still_waiting(&mut wait, "a wait on the unanswered request", real_sleep(300)).await;
     let answer = service.respond_approval(&operator, &task_id, &request_id, "approve_once", None);
     still_waiting(&mut wait, "the answer", answer).await.unwrap();
-    let view = parse(wait.await.unwrap());
+    let view = parse(wait.await.unwrap().as_ref());
     assert_ne!(view["status"], "waiting_for_approval", "{view:#}");
     assert!(view["pending_request"].is_null(), "{view:#}");
     service.until_runner_done(&task_id).await;
@@ -132,7 +132,7 @@ async fn a_wait_ends_at_its_deadline_when_nothing_awaited_happens() {
     tokio::time::advance(Duration::from_secs(1) - MS).await;
     still_waiting(&mut wait, "the last millisecond", settle()).await;
     tokio::time::advance(2 * MS).await;
-    let view = parse(wait.await.unwrap());
+    let view = parse(wait.await.unwrap().as_ref());
     assert_eq!(view["status"], "running", "{view:#}");
     assert!(view["pending_request"].is_null(), "{view:#}");
 
