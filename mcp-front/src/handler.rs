@@ -35,7 +35,7 @@ pub static SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
 
 const INSTRUCTIONS: &str = "Delegates coding objectives to agent runtimes (Codex, Claude Code) on the operator's \
 server. Call list_workdirs and list_agent_runtimes first; submit_agent_task returns a task_id at once; poll it \
-with get_agent_task (wait_seconds up to 25); when it waits for approval or a question, answer with \
+with get_agent_task (wait_seconds up to 25 waits until it ends or needs an answer); when it waits for approval or a question, answer with \
 respond_agent_approval or answer_agent_question. Reuse an idempotency_key to retry a submission safely.";
 
 /// The handler; one is made per request, holding only the shared bridge client.

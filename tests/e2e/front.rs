@@ -16,18 +16,18 @@ use tokio::io::AsyncWriteExt;
 use e2e::TestBridge;
 use e2e::front::TestFront;
 
-type Client = RunningService<RoleClient, ClientConfig>;
+pub(crate) type Client = RunningService<RoleClient, ClientConfig>;
 
 /// Which protocol era a client speaks.
 #[derive(Debug, Clone, Copy)]
-enum Era {
+pub(crate) enum Era {
     /// `initialize` with 2025-11-25.
     Legacy,
     /// `server/discover` and per-request `_meta`, 2026-07-28.
     Modern,
 }
 
-async fn connect(front: &TestFront, key: &str, era: Era) -> Client {
+pub(crate) async fn connect(front: &TestFront, key: &str, era: Era) -> Client {
     // The bridge's reqwest (the IdP's keys) brings rustls without a built-in provider, and cargo
     // unifies reqwest's features: rmcp's client here needs the same provider installed (it
     // speaks plain HTTP to the front, but reqwest builds its TLS config anyway).
@@ -44,14 +44,14 @@ async fn connect(front: &TestFront, key: &str, era: Era) -> Client {
         .unwrap_or_else(|e| panic!("{era:?} client could not connect: {e}\n{}", front.log()))
 }
 
-async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+pub(crate) async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
     let Value::Object(args) = args else { panic!("arguments must be an object") };
     let params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
     client.call_tool(params).await.unwrap_or_else(|e| panic!("{name} failed at the protocol level: {e}"))
 }
 
 /// The structured content of a successful call, checked to be an object mirrored as text.
-fn ok(result: &CallToolResult) -> Value {
+pub(crate) fn ok(result: &CallToolResult) -> Value {
     assert_ne!(result.is_error, Some(true), "expected success, got {result:?}");
     let structured = result.structured_content.clone().expect("structuredContent");
     assert!(structured.is_object(), "structuredContent must be an object: {structured}");

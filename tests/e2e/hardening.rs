@@ -32,8 +32,7 @@ async fn long_polls_on_bogus_or_hidden_ids_leave_no_watcher_behind() {
     }
     assert_eq!(watched(&bridge).await, 0, "no feed is left for an id the caller could not see");
 
-    // A legitimate long-poll holds exactly one feed, which goes with the call (once the task
-    // runs: a long-poll on a starting task answers as soon as it starts running).
+    // A legitimate long-poll holds exactly one feed, which goes with the call.
     bridge.wait_status(&hidden, "running").await;
     let poll = bridge.call("get_agent_task", json!({ "task_id": hidden, "wait_seconds": 25 }));
     let observe = async {

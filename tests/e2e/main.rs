@@ -28,6 +28,7 @@ mod idempotency;
 mod idle;
 mod leftovers;
 mod lifecycle;
+mod long_poll;
 mod mcp_tasks;
 mod notify;
 mod oauth;

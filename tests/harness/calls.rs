@@ -121,9 +121,10 @@ impl TestBridge {
 
     /// Waits (by long-polling, never sleeping) until `done(task)` holds; panics after 30 s.
     ///
-    /// A long poll returns when the task differs from what it was *when the poll began*, so
-    /// each round first reads without waiting: a state reached just before a poll would
-    /// otherwise only be seen when that poll times out.
+    /// A long poll returns early only when the task ends or its pending request differs from
+    /// the one it had *when the poll began*, so each round first reads without waiting: a
+    /// state reached just before a poll, or one no poll wakes on (`running`), is otherwise only
+    /// seen when that poll times out.
     pub async fn wait_for(&self, task_id: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {

@@ -38,7 +38,8 @@ pub enum TasksCommand {
     Show {
         /// The task id.
         id: String,
-        /// Wait up to this many seconds for a change.
+        /// Wait up to this many seconds for the task to end or for its pending approval or question
+        /// to appear, be answered or change.
         #[arg(long, default_value_t = 0)]
         wait: u32,
         /// Show a pending request's whole text when its display was clipped.

@@ -88,7 +88,8 @@ struct GetTaskArgs {
     /// The task id (`agt_…`).
     #[schemars(length(max = 64))]
     task_id: String,
-    /// Wait up to this many seconds for the status or the pending request to change.
+    /// Wait up to this many seconds for the task to end or for its pending approval or question
+    /// to appear, be answered or change (starting to run does not end the wait).
     #[serde(default)]
     #[schemars(range(min = 0, max = 25))]
     wait_seconds: u32,
@@ -264,7 +265,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "get_agent_task",
                 Scope::Read,
                 Role::Viewer,
-                "Shows a task's status, pending approval or question, error and result, what it changed (files, +added −removed) and what it cost (tokens, cost, time); wait_seconds (up to 25) waits for a change.",
+                "Shows a task's status, pending approval or question, error and result, what it changed (files, +added −removed) and what it cost (tokens, cost, time); wait_seconds (up to 25) waits until the task ends or an approval or question appears or is resolved, not merely until it runs.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: GetTaskArgs| async move {

@@ -14,7 +14,7 @@ const PINNED: &[(&str, &str)] = &[
     ("list_agent_runtimes", "4f21c9d6aabe4f1317d78453"),
     ("list_agent_models", "42f30973092c9b027e923b30"),
     ("submit_agent_task", "6211e400eb47bac08c5dd7a2"),
-    ("get_agent_task", "1139bb08d75177723fbc20fc"),
+    ("get_agent_task", "92ebe4b755efb7922885fa56"),
     ("read_agent_task_events", "6fa712cd6fdfd48cb53a498d"),
     ("read_agent_task_result", "b3370de8bfac9732a7a24a28"),
     ("read_agent_task_diff", "7e38aa2ff901552656821355"),

@@ -32,6 +32,9 @@ pub use interact::Answer;
 mod job;
 mod leftovers;
 pub use leftovers::{BRIDGE_PRINCIPAL, BRIDGE_SURFACE, RECONCILE_CAPABILITY};
+mod long_poll;
+#[cfg(test)]
+mod long_poll_tests;
 pub mod manifest;
 pub mod paths;
 pub mod recovery;

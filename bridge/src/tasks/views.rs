@@ -1,8 +1,6 @@
 //! Reads: the task view (with long-poll), the event cursor, result chunks and the admin list.
 //! Views are built by hand from store rows; provider-native ids and fingerprints never appear.
 
-use std::time::Duration;
-
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -49,7 +47,7 @@ impl TaskService {
     /// The task view, read in one trip to the store (the row, its pending interaction, the
     /// plan step it belongs to and its change set's summary) and written straight to JSON
     /// text. Anything the principal may not see is `AGENT_TASK_NOT_FOUND`.
-    async fn view(
+    pub(super) async fn view(
         &self,
         principal: &Principal,
         task_id: &str,
@@ -67,10 +65,10 @@ impl TaskService {
         Ok((parts.task, view))
     }
 
-    /// `get_agent_task`; with `wait_seconds > 0` it returns as soon as the status or the
-    /// pending interaction changes, or when the wait is over. Only a task the principal may
-    /// see is watched, and the watch ends with the call, however it ends. With `full`, a
-    /// pending request that was clipped for display carries its whole text (`full_text`).
+    /// `get_agent_task`; with `wait_seconds > 0` a long-poll that returns early only when the
+    /// task ends or its pending request appears, goes or changes (see `long_poll.rs`). With
+    /// `full`, a pending request that was clipped for display carries its whole text
+    /// (`full_text`).
     pub async fn get(
         &self,
         principal: &Principal,
@@ -78,30 +76,10 @@ impl TaskService {
         wait_seconds: u64,
         full: bool,
     ) -> Result<Box<RawValue>, ToolError> {
-        let inner = &self.inner;
         if wait_seconds == 0 {
             return Ok(self.view(principal, task_id, full).await?.1);
         }
-        inner.visible_task(principal, task_id).await?;
-        let mut changes = inner.changes.watch(task_id);
-        let (row, mut view) = self.view(principal, task_id, full).await?;
-        if !row.status.is_terminal() {
-            let baseline = (row.status, row.pending_request_id.clone());
-            let until = tokio::time::Instant::now() + Duration::from_secs(wait_seconds.min(MAX_WAIT_SECONDS));
-            loop {
-                tokio::select! {
-                    changed = changes.changed() => if !changed { break },
-                    _ = tokio::time::sleep_until(until) => break,
-                    _ = inner.shutdown.cancelled() => break,
-                }
-                let row = inner.visible_task(principal, task_id).await?;
-                if (row.status, row.pending_request_id.clone()) != baseline {
-                    break;
-                }
-            }
-            view = self.view(principal, task_id, full).await?.1;
-        }
-        Ok(view)
+        self.long_poll(principal, task_id, wait_seconds, full).await
     }
 
     /// How many tasks are being long-polled right now (one feed per watched task).
