@@ -1,16 +1,13 @@
-//! A reader for the `.env` syntax the project accepts, reduced to what the front needs.
+//! The front's reading of the operator's `.env`: the shared strict syntax, worded the front's way.
 //!
-//! The bridge owns the strict validation of the whole file (`agent-bridge config check`: key
-//! catalog, typos, duplicates). The front reads the same file for five keys only, so this
-//! reader accepts the same syntax (`KEY=VALUE`, `#` comments, single quotes taken literally,
-//! double quotes with `\"`, `\\` and `\n`, an inline comment after whitespace) and refuses what
-//! it cannot read, naming the line and never quoting a value. It accepts exactly the files the
-//! bridge's parser accepts, a duplicate key included (refused), with the same values: the e2e
-//! crate's `dotenv` test compares the two on generated files. It is deliberately not shared
-//! with the bridge through `bridge-proto`: that crate is the socket protocol, and the front
-//! must not depend on the bridge (ARCHITECTURE invariant 1).
+//! The syntax is `bridge-envfile`'s, the one parser both binaries use (the front never links the
+//! bridge). The bridge validates the whole file; the front takes the keys it needs from the
+//! assignments, and on a refused file reports the first bad line, in its own shorter words,
+//! never quoting a value.
 
 use std::collections::HashMap;
+
+use bridge_envfile::Problem;
 
 /// A line the reader cannot read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,82 +22,31 @@ pub struct DotenvError {
 /// Parses a `.env` file into its assignments; a key set twice is refused, as the bridge
 /// refuses it.
 pub fn parse(input: &[u8]) -> Result<HashMap<String, String>, DotenvError> {
-    let input = input.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(input);
-    let mut out = HashMap::new();
-    let mut first_line_of: HashMap<String, usize> = HashMap::new();
-    for (index, raw) in input.split(|&b| b == b'\n').enumerate() {
-        let line = index + 1;
-        let err = |message: &str| DotenvError { line, message: message.to_owned() };
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let text = std::str::from_utf8(raw).map_err(|_| err("invalid UTF-8"))?;
-        let text = text.trim_start_matches([' ', '\t']);
-        if text.trim_end_matches([' ', '\t']).is_empty() || text.starts_with('#') {
-            continue;
+    match bridge_envfile::parse(input) {
+        Ok(entries) => Ok(entries.into_iter().map(|e| (e.key, e.value)).collect()),
+        Err(errors) => {
+            let first = errors.into_iter().next().expect("a refused file has at least one error");
+            Err(DotenvError { line: first.line, message: message(&first.problem) })
         }
-        // As the bridge: `export` and whitespace is the refused prefix, even before `=`.
-        if text.strip_prefix("export").is_some_and(|rest| rest.starts_with([' ', '\t'])) {
-            return Err(err("the `export` prefix is not supported"));
-        }
-        let (key, value) = text.split_once('=').ok_or_else(|| err("expected KEY=VALUE"))?;
-        let key = key.trim_end_matches([' ', '\t']);
-        let valid_key = key.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !valid_key {
-            return Err(err("invalid key: a key is letters, digits and underscores, and does not start with a digit"));
-        }
-        let value = parse_value(value).map_err(err)?;
-        if let Some(first) = first_line_of.get(key) {
-            return Err(err(&format!("duplicate key (first set on line {first})")));
-        }
-        first_line_of.insert(key.to_owned(), line);
-        out.insert(key.to_owned(), value);
     }
-    Ok(out)
 }
 
-fn parse_value(raw: &str) -> Result<String, &'static str> {
-    let start = raw.trim_start_matches([' ', '\t']);
-    if start.len() < raw.len() && start.starts_with('#') {
-        return Ok(String::new());
-    }
-    let (value, rest) = if let Some(body) = start.strip_prefix('\'') {
-        let (value, rest) = body.split_once('\'').ok_or("unterminated single-quoted value")?;
-        (value.to_owned(), rest)
-    } else if let Some(body) = start.strip_prefix('"') {
-        let mut value = String::new();
-        let mut chars = body.char_indices();
-        let rest = loop {
-            match chars.next() {
-                Some((i, '"')) => break &body[i + 1..],
-                Some((_, '\\')) => match chars.next() {
-                    Some((_, '"')) => value.push('"'),
-                    Some((_, '\\')) => value.push('\\'),
-                    Some((_, 'n')) => value.push('\n'),
-                    _ => return Err("unsupported escape in a double-quoted value"),
-                },
-                Some((_, c)) => value.push(c),
-                None => return Err("unterminated double-quoted value"),
-            }
-        };
-        (value, rest)
-    } else {
-        let mut end = start.len();
-        let mut after_space = false;
-        for (i, c) in start.char_indices() {
-            if c == '#' && after_space {
-                end = i;
-                break;
-            }
-            after_space = c == ' ' || c == '\t';
+/// The front's words for a problem.
+fn message(problem: &Problem) -> String {
+    match problem {
+        Problem::InvalidUtf8 { .. } => "invalid UTF-8",
+        Problem::Export => "the `export` prefix is not supported",
+        Problem::NotAnAssignment => "expected KEY=VALUE",
+        Problem::MissingKey | Problem::InvalidKey(_) => {
+            "invalid key: a key is letters, digits and underscores, and does not start with a digit"
         }
-        return Ok(start[..end].trim_end_matches([' ', '\t']).to_owned());
-    };
-    let trimmed = rest.trim_start_matches([' ', '\t']);
-    if trimmed.is_empty() || (trimmed.len() < rest.len() && trimmed.starts_with('#')) {
-        Ok(value)
-    } else {
-        Err("unexpected text after the closing quote")
+        Problem::UnterminatedSingleQuote => "unterminated single-quoted value",
+        Problem::UnterminatedDoubleQuote => "unterminated double-quoted value",
+        Problem::UnsupportedEscape | Problem::TrailingBackslash => "unsupported escape in a double-quoted value",
+        Problem::TextAfterQuote => "unexpected text after the closing quote",
+        Problem::Duplicate { first } => return format!("duplicate key (first set on line {first})"),
     }
+    .to_owned()
 }
 
 #[cfg(test)]
@@ -139,10 +85,22 @@ mod tests {
         }
     }
 
-    proptest::proptest! {
-        #[test]
-        fn never_panics(input in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
-            let _ = parse(&input);
+    #[test]
+    fn words_each_problem_the_fronts_way() {
+        for (input, expected) in [
+            (&b"A=1\nB=\xff\n"[..], "line 2: invalid UTF-8"),
+            (b"export A=1", "line 1: the `export` prefix is not supported"),
+            (b"nope", "line 1: expected KEY=VALUE"),
+            (b"=1", "line 1: invalid key: a key is letters, digits and underscores, and does not start with a digit"),
+            (b"1A=1", "line 1: invalid key: a key is letters, digits and underscores, and does not start with a digit"),
+            (b"A='x", "line 1: unterminated single-quoted value"),
+            (b"A=\"x", "line 1: unterminated double-quoted value"),
+            (b"A=\"x\\", "line 1: unsupported escape in a double-quoted value"),
+            (b"A=\"\\t\"", "line 1: unsupported escape in a double-quoted value"),
+            (b"A='x'y", "line 1: unexpected text after the closing quote"),
+            (b"A=1\nA=2\nnope", "line 2: duplicate key (first set on line 1)"),
+        ] {
+            assert_eq!(parse(input).unwrap_err().to_string(), expected, "{input:?}");
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The tidy checks: every Rust file opens with a `//!` line saying what it is for, and
-//! ARCHITECTURE.md's code map names every module of every crate (rust-analyzer's tidy test
-//! is the model). They read the repository's files; they start nothing.
+//! The tidy checks: every Rust file opens with a `//!` line saying what it is for,
+//! ARCHITECTURE.md's code map names every module of every crate, and the `.env` syntax is
+//! read in one place (rust-analyzer's tidy test is the model). They read the repository's
+//! files; they start nothing.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The crate directories, each with its code map section (`### `dir/``).
-const CRATES: &[&str] = &["proto", "bridge", "mcp-front", "httpd", "bench", "tests"];
+const CRATES: &[&str] = &["proto", "bridge", "mcp-front", "httpd", "envfile", "bench", "tests"];
 
 #[test]
 fn every_rust_file_opens_with_its_purpose() {
@@ -142,6 +143,75 @@ fn the_tidy_walk_sees_a_missing_module() {
     assert!(mentions(section(map, "proto"), "envelope.rs"));
     assert!(!mentions(section(map, "proto"), "framing.rs"));
     assert!(!mentions(section(map, "bridge"), "envelope.rs"));
+}
+
+/// How a line is split at its `=` into a key and a value (spaces removed from the source
+/// first).
+const SPLITS_AT_EQUALS: &[&str] = &[
+    "split_once('=')",
+    "split_once(\"=\")",
+    "rsplit_once('=')",
+    "splitn(2,'=')",
+    "find('=')",
+    "=='='",
+    "==b'='",
+    "'='=>",
+    "b'='=>",
+];
+
+/// How a `#` comment line is recognised (spaces removed from the source first).
+const SKIPS_COMMENTS: &[&str] = &[
+    "starts_with('#')",
+    "starts_with(\"#\")",
+    "strip_prefix('#')",
+    "strip_prefix(\"#\")",
+    "=='#'",
+    "==b'#'",
+    "'#'=>",
+    "b'#'=>",
+];
+
+/// Whether Rust source reads `KEY=value` lines with `#` comments, the shape of a `.env`
+/// reader: it both splits at `=` and recognises `#` ([`SPLITS_AT_EQUALS`], [`SKIPS_COMMENTS`]).
+fn reads_env_lines(source: &str) -> bool {
+    let code: String = source.chars().filter(|c| !c.is_whitespace()).collect();
+    SPLITS_AT_EQUALS.iter().any(|n| code.contains(n)) && SKIPS_COMMENTS.iter().any(|n| code.contains(n))
+}
+
+#[test]
+fn only_envfile_reads_the_env_syntax() {
+    // `bridge-envfile` is the one `.env` parser; the bridge and the front take its entries and
+    // errors. A second reader elsewhere would drift from it (two copies were once kept equal by
+    // a differential test). This file names the patterns, so it is left out.
+    let root = root();
+    let mut files = Vec::new();
+    for dir in CRATES.iter().filter(|d| **d != "envfile").chain(&["fuzz"]) {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let this = root.join("tests/e2e/tidy.rs");
+    let readers: Vec<String> = files
+        .iter()
+        .filter(|f| **f != this && reads_env_lines(&std::fs::read_to_string(f).unwrap_or_default()))
+        .map(|f| f.strip_prefix(&root).unwrap_or(f).display().to_string())
+        .collect();
+    assert!(
+        readers.is_empty(),
+        "these files split lines at `=` and skip `#` comments, as a `.env` reader does: \
+         read the file with `bridge_envfile::parse` instead: {readers:?}"
+    );
+    let envfile = std::fs::read_to_string(root.join("envfile/src/lib.rs")).expect("read envfile/src/lib.rs");
+    assert!(reads_env_lines(&envfile), "the rule no longer recognises the one `.env` parser itself");
+}
+
+#[test]
+fn the_env_reader_rule_sees_a_second_reader() {
+    let reader = "for line in text.lines() {\n    if line.trim().starts_with( '#' ) { continue; }\n    \
+                  let (key, value) = line.split_once('=')?;\n}";
+    assert!(reads_env_lines(reader));
+    let bytes = "match b { b'#' => comment = true, b'=' => split = i, _ => {} }";
+    assert!(reads_env_lines(bytes));
+    // Splitting `KEY=value` alone (an environment block, a query string) is not a file reader.
+    assert!(!reads_env_lines("let (k, v) = pair.split_once('=')?;"));
 }
 
 /// A scratch crate with `body` as its library, checked by clippy under the repository's

@@ -27,7 +27,7 @@ pub fn embedded_default() -> Result<super::BridgeConfig, String> {
         let allow_root = allow_root.to_str().ok_or("SERVERFS_AGENT_ALLOW_ROOT is not valid UTF-8")?.to_owned();
         lines.push(format!("SERVERFS_AGENT_ALLOW_ROOT={}", quote(&allow_root)));
     }
-    let entries = super::dotenv::parse(lines.join("\n").as_bytes())
+    let entries = bridge_envfile::parse(lines.join("\n").as_bytes())
         .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))?;
     let context = super::env::Context::current().map_err(|r| r.to_string())?;
     super::env::from_pairs(&entries, &context).map(|r| r.config).map_err(|r| r.to_string())

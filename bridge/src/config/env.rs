@@ -9,8 +9,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use bridge_envfile::Entry;
+
 use super::RuntimeBinary;
-use super::dotenv::{self, Entry};
 use super::keys::{self, Owner};
 pub use super::refusals::{Refusal, Refusals};
 pub use super::report::{EnvReport, IgnoredKey, IgnoredKind, OtherSettings};
@@ -37,7 +38,7 @@ pub fn from_env_file_with(path: &Path, context: &Context) -> Result<EnvReport, R
 fn read_entries(path: &Path) -> Result<Vec<Entry>, Refusals> {
     let bytes =
         std::fs::read(path).map_err(|e| Refusals::single(None, format!("cannot read {}: {e}", path.display())))?;
-    dotenv::parse(&bytes).map_err(|errors| {
+    bridge_envfile::parse(&bytes).map_err(|errors| {
         let mut refusals = Refusals::default();
         for error in errors {
             refusals.push(error.key.as_deref(), error.to_string());

@@ -169,7 +169,6 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
-    use crate::config::dotenv;
     use crate::config::env::{Context, from_pairs};
 
     fn repository_file(name: &str) -> PathBuf {
@@ -199,7 +198,7 @@ mod tests {
     #[test]
     fn every_key_of_ours_is_assigned_once_with_its_default_and_meaning() {
         let text = render();
-        let entries = dotenv::parse(text.as_bytes()).expect("the example parses");
+        let entries = bridge_envfile::parse(text.as_bytes()).expect("the example parses");
         let assigned: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
         for spec in KEYS {
             let name = if spec.is_per_slot() { spec.name_for_slot(1) } else { spec.name.to_owned() };
@@ -227,7 +226,7 @@ mod tests {
 
     #[test]
     fn the_example_is_a_valid_configuration_as_it_stands() {
-        let entries = dotenv::parse(render().as_bytes()).expect("the example parses");
+        let entries = bridge_envfile::parse(render().as_bytes()).expect("the example parses");
         let home = tempfile::tempdir().expect("home");
         let context = Context { home: home.path().to_owned(), uid: 1000, gid: 1000 };
         let report = from_pairs(&entries, &context).unwrap_or_else(|r| panic!("the example is refused:\n{r}"));

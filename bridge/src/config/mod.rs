@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub mod dotenv;
 #[cfg(test)]
 mod dotenv_fuzz;
 pub mod embedded;

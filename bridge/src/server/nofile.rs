@@ -80,10 +80,11 @@ impl Default for SocketLimits {
     }
 }
 
-/// The cap that `soft` descriptors hold once `kept` are set aside.
+/// The cap that `soft` descriptors hold once `kept` are set aside: the front's rule
+/// (`bridge_httpd::connection_cap`), never below [`MIN_CONNECTIONS`].
 fn fit(soft: u64, kept: u64) -> usize {
-    let room = usize::try_from(soft.saturating_sub(kept)).unwrap_or(usize::MAX);
-    room.clamp(MIN_CONNECTIONS, DEFAULT_MAX_CONNECTIONS)
+    let kept = usize::try_from(kept).unwrap_or(usize::MAX);
+    bridge_httpd::connection_cap(DEFAULT_MAX_CONNECTIONS, soft, kept).max(MIN_CONNECTIONS)
 }
 
 /// Raises the soft limit to the hard one (the rule shared with the front, in

@@ -1,8 +1,8 @@
 //! The task view, written straight from its rows to JSON text: `get_agent_task` is the call
 //! callers poll, and building a JSON tree of it, then writing the tree, was most of the
 //! bridge's work per poll. The stored JSON (the manifest, the request's payload) goes in as it
-//! was stored. The keys are written in sorted order, the order a JSON tree of the same view
-//! writes (the tests compare the two on every kind of row).
+//! was stored. The keys are written in sorted order, the order the bridge's other views (JSON
+//! trees) write theirs; the tests pin the text of every kind of row.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
