@@ -11,27 +11,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::SubmitRequest;
-use super::testing::{hold_clock, service, until};
+use super::testing::{hold_clock, request, service, until};
 use crate::clock::Clock;
-use crate::config::RuntimeName;
-use crate::model::{Principal, Profile, TaskStatus};
-
-fn request(prompt: &str) -> SubmitRequest {
-    SubmitRequest {
-        runtime: RuntimeName::Fake,
-        workdir: "repo".into(),
-        prompt: prompt.into(),
-        path: String::new(),
-        profile: Profile::WorkspaceWrite,
-        model: None,
-        isolation: None,
-        base_ref: None,
-        continue_from_task_id: None,
-        correlation_id: None,
-        idempotency_key: None,
-    }
-}
+use crate::model::{Principal, TaskStatus};
 
 const MS: Duration = Duration::from_millis(1);
 const ENV: &str = "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS=600\nSERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS=600\n";

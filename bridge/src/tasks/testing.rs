@@ -31,6 +31,23 @@ const CHILD_SENTINEL: &str = "agent-bridge-unit-test-fake-agent";
 /// `agent-bridge` binary, so `PROGRAM` is `/bin/sh` and `fake-agent` a script in the workdir
 /// that re-enters this test binary at [`fake_agent_child`] (a script read by `sh`, not an
 /// executable written by a test, so a parallel test's fork never makes it "text file busy").
+/// A workspace-write submission of `prompt` to the fake runtime in `repo`.
+pub(super) fn request(prompt: &str) -> super::SubmitRequest {
+    super::SubmitRequest {
+        runtime: crate::config::RuntimeName::Fake,
+        workdir: "repo".into(),
+        prompt: prompt.into(),
+        path: String::new(),
+        profile: crate::model::Profile::WorkspaceWrite,
+        model: None,
+        isolation: None,
+        base_ref: None,
+        continue_from_task_id: None,
+        correlation_id: None,
+        idempotency_key: None,
+    }
+}
+
 pub(super) fn service(root: &Path, clock: Clock, extra_env: &str) -> TaskService {
     let repo = root.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
