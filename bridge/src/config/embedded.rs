@@ -9,7 +9,8 @@
 pub fn embedded_default() -> Result<super::BridgeConfig, String> {
     let quote = |text: &str| format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"));
     let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    refuse_broad_workdir(&cwd, &super::env::Context::current().map_err(|r| r.to_string())?.home)?;
+    let context = super::env::Context::current().map_err(|r| r.to_string())?;
+    refuse_broad_workdir(&cwd, &context.home)?;
     let cwd = cwd.to_str().ok_or("the current directory is not valid UTF-8")?;
     let mut lines = vec![
         "SERVERFS_AGENT_ENABLE_FAKE_RUNTIME=true".to_owned(),
@@ -29,7 +30,6 @@ pub fn embedded_default() -> Result<super::BridgeConfig, String> {
     }
     let entries = bridge_envfile::parse(lines.join("\n").as_bytes())
         .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))?;
-    let context = super::env::Context::current().map_err(|r| r.to_string())?;
     super::env::from_pairs(&entries, &context).map(|r| r.config).map_err(|r| r.to_string())
 }
 
