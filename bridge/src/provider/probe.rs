@@ -15,8 +15,10 @@ use tokio::io::AsyncReadExt;
 use super::process::{SpawnSpec, spawn};
 use super::tether::SpawnKind;
 
-/// How long a version probe may run.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a version or login probe may run. Generous: a cold start of Claude Code's
+/// 400 MB executable on a loaded two-core machine took more than 5 s; only a hung CLI
+/// reaches this bound, and its failure is cached for [`FAILED_PROBE_TTL`] only.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a working runtime's probe is reused.
 pub const PROBE_TTL: Duration = Duration::from_secs(30);
 /// How long a failed probe is reused: short, so a fix (a login, an install) is seen soon.
