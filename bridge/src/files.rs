@@ -1,9 +1,5 @@
 //! Private files and directories: created owner-only, and existing ones checked, never
 //! chmod-ed (an operator's broader permissions are refused with a message instead).
-#![allow(
-    clippy::disallowed_methods,
-    reason = "synchronous helpers, called before the runtime (daemon::prepare) or on a blocking thread"
-)]
 
 use std::fs::DirBuilder;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -11,6 +7,10 @@ use std::path::Path;
 
 /// Creates `dir` (and missing parents) with mode 0700 when missing; refuses an existing one
 /// that is a symlink, not a directory, not owned by this user, or open to group or others.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a synchronous helper, called before the runtime or on a blocking thread"
+)]
 pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
     match std::fs::symlink_metadata(dir) {
         Ok(meta) => check_private(dir, &meta, true),
@@ -30,6 +30,10 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
 /// Creates `dir` (mode 0750, group `gid`) when missing, for a socket shared with a peer of
 /// another user in that group; an existing one must be owned by this user, carry that group
 /// and give the group no write access and others nothing. Never chmods an existing directory.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a synchronous helper, called before the runtime or on a blocking thread"
+)]
 pub fn ensure_shared_dir(dir: &Path, gid: u32) -> Result<(), String> {
     let created = match std::fs::symlink_metadata(dir) {
         Ok(_) => false,
@@ -93,6 +97,10 @@ pub fn check_private(path: &Path, meta: &std::fs::Metadata, want_dir: bool) -> R
 /// Removes the tree at `path` whatever a task did to it: a directory it made unreadable or
 /// unwritable is made the owner's again (never following a symlink) and the removal retried.
 /// Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a synchronous helper, called before the runtime or on a blocking thread"
+)]
 pub fn remove_tree(path: &Path) {
     let first = match std::fs::remove_dir_all(path) {
         Ok(()) => return,

@@ -4,10 +4,6 @@
 //! A lease is held for a `workspace-write` task from submit until its provider's cleanup is
 //! over. The kernel releases it if the bridge dies, which is why the persistent recovery guard
 //! exists beside it. Taking a lease never waits: a held lock is `WORKDIR_BUSY`.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the writer lock is taken before the runtime or on a blocking thread (its callers use spawn_blocking)"
-)]
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -69,6 +65,10 @@ impl Leases {
         self.take(self.dir.join(format!("{slot:02}-{name}.lock")), slot)
     }
 
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the writer lock is taken before the runtime or on a blocking thread (its callers use spawn_blocking)"
+    )]
     fn take(&self, path: PathBuf, slot: u8) -> Result<Lease, LeaseError> {
         let file = OpenOptions::new()
             .read(true)
@@ -135,6 +135,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn a_broad_lock_dir_is_refused_and_left_alone() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();

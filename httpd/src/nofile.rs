@@ -1,6 +1,5 @@
 //! The descriptor limit: raise the soft `RLIMIT_NOFILE` to the hard one at start, and keep
 //! a server's connection cap within what the descriptors allow.
-#![allow(clippy::disallowed_methods, reason = "read once at start, before serving: /proc/sys is kernel memory")]
 
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
@@ -30,6 +29,7 @@ pub fn raise_nofile_limit() -> Result<NofileLimit, String> {
     }
 }
 
+#[expect(clippy::disallowed_methods, reason = "read once at start, before serving: /proc/sys is kernel memory")]
 fn nr_open() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/fs/nr_open").ok()?.trim().parse().ok()
 }

@@ -6,10 +6,6 @@
 //! `SERVERFS_MCP_ALLOWED_ORIGINS`, `SERVERFS_MCP_MAX_CONNECTIONS`, `SERVERFS_MCP_MAX_INFLIGHT_REQUESTS`,
 //! `SERVERFS_LOG_LEVEL`), so one `.env` drives both processes; the bridge's
 //! `config check` validates the whole file, the front reads only these.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the front's one reader of the environment and its .env file, at start, before the runtime serves"
-)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -346,6 +342,10 @@ fn resolve_http<'a>(args: &Args, get: &impl Fn(&str) -> Option<&'a str>) -> Resu
 /// The process environment (the keys the front reads) and the `.env` named by `--env-file`.
 type Sources = (HashMap<String, String>, HashMap<String, String>);
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the front reads its environment and .env file once, at start, before it serves"
+)]
 fn sources(args: &Args) -> Result<Sources, ConfigError> {
     let file = match &args.env_file {
         Some(path) => {
@@ -421,6 +421,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn a_required_bridge_dir_must_exist() {
         let dir = std::env::temp_dir().join(format!("mcp-front-config-{}", std::process::id()));
         let socket = dir.join("bridge.sock");

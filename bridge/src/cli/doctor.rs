@@ -2,10 +2,6 @@
 //! configuration's files and permissions, whether the bridge answers (or left a stale
 //! socket), and each workdir's lease and recovery guard with what its proof of stop lacks.
 //! It works with the bridge down too: then it reads the store read-only.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "a CLI command inspecting the state directory (often while the bridge is down), not the daemon's reactor"
-)]
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
@@ -29,6 +25,7 @@ fn check(checks: &mut Vec<Check>, name: &'static str, level: &'static str, detai
     checks.push(Check { name, level, detail: detail.into() });
 }
 
+#[expect(clippy::disallowed_methods, reason = "a CLI command inspecting the state directory, off the daemon's reactor")]
 fn dir_check(checks: &mut Vec<Check>, name: &'static str, dir: &Path) {
     match std::fs::symlink_metadata(dir) {
         Ok(meta) => match crate::files::check_private(dir, &meta, true) {
@@ -42,6 +39,7 @@ fn dir_check(checks: &mut Vec<Check>, name: &'static str, dir: &Path) {
 }
 
 /// Runs the doctor; exit 0 when nothing fails, 1 otherwise.
+#[expect(clippy::disallowed_methods, reason = "a CLI command inspecting the state directory, off the daemon's reactor")]
 pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
     let config = match config {
         Ok(c) => c,

@@ -1,10 +1,6 @@
 //! `doctor`'s account of task sandboxes that outlived their bridge: which are left now, by
 //! task, and what the bridge's start stopped of them — asked of the bridge while it runs, read
 //! from `/proc` and the store (read-only) while it is down.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "a CLI command reading /proc and the state directory, not the daemon's reactor"
-)]
 
 use serde_json::{Value, json};
 

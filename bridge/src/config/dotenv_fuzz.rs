@@ -73,6 +73,7 @@ fn check_validation(entries: &[Entry], context: &Context) -> Result<(), TestCase
 }
 
 #[test]
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 fn fuzz_dotenv() {
     let dir = tempfile::tempdir().expect("a temporary home");
     let home = dir.path().canonicalize().expect("the home");

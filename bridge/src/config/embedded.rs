@@ -6,6 +6,10 @@
 /// `.env` default. The one setting taken from the
 /// environment is an explicit `SERVERFS_AGENT_ALLOW_ROOT` (validated like the `.env` key), so a
 /// throwaway container or CI running as root can start the quick start on purpose.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 pub fn embedded_default() -> Result<super::BridgeConfig, String> {
     let quote = |text: &str| format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"));
     let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
@@ -36,6 +40,10 @@ pub fn embedded_default() -> Result<super::BridgeConfig, String> {
 /// Refuses the home directory, `/` and any directory above the home as the writable workdir:
 /// started there, the embedded default would let every agent a remote caller starts write to
 /// the whole home directory.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 fn refuse_broad_workdir(cwd: &std::path::Path, home: &std::path::Path) -> Result<(), String> {
     let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
     let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
@@ -62,6 +70,7 @@ mod tests {
     /// The home directory, `/` and what lies between are refused as the workdir, saying why
     /// and what to do; a project directory under the home, and one elsewhere, are not.
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn the_home_directory_and_above_are_refused_as_the_workdir() {
         let root = tempfile::tempdir().unwrap();
         let home = root.path().join("home/someone");

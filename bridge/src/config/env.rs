@@ -35,6 +35,10 @@ pub fn from_env_file_with(path: &Path, context: &Context) -> Result<EnvReport, R
 }
 
 /// Reads and parses a `.env` file; every syntax error becomes a refusal.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 fn read_entries(path: &Path) -> Result<Vec<Entry>, Refusals> {
     let bytes =
         std::fs::read(path).map_err(|e| Refusals::single(None, format!("cannot read {}: {e}", path.display())))?;

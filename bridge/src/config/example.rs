@@ -176,6 +176,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn the_repository_env_example_is_the_rendered_catalog() {
         let path = repository_file(".env.example");
         let file = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -239,6 +240,7 @@ mod tests {
     /// Every `${KEY…}` a compose file interpolates is a catalog key (compose reads the same
     /// `.env`), and compose's own `COMPOSE_*` settings are not used as variables.
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn compose_files_read_only_catalog_keys() {
         for name in COMPOSE_FILES {
             let path = repository_file(name);

@@ -4,10 +4,6 @@
 //! validated by [`env`](mod@env)) and the private JSON file that `agent-bridge config render`
 //! writes from it ([`load_json`]). Nothing else in the bridge reads environment variables or
 //! files for settings.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "config/ is the one reader of the environment and the .env file (and the writer of the rendered config): it runs before the runtime or in a CLI command"
-)]
 
 use std::path::{Path, PathBuf};
 
@@ -526,6 +522,10 @@ pub enum LoadError {
 }
 
 /// Loads a config rendered by `agent-bridge config render` and re-checks its rules.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 pub fn load_json(path: &Path) -> Result<BridgeConfig, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
     let config: BridgeConfig = serde_json::from_str(&text)
@@ -544,6 +544,10 @@ pub fn default_socket_path() -> Result<PathBuf, env::Refusals> {
 /// The spawn test hook, `AGENT_BRIDGE_TEST_SPAWN` (debug builds only; see
 /// `provider::tether`): `None` when unset, else the hook or why it is refused.
 #[cfg(debug_assertions)]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 pub fn test_spawn_hook()
 -> Option<Result<(crate::provider::tether::SpawnKind, crate::provider::tether::TestHook), String>> {
     let text = std::env::var_os("AGENT_BRIDGE_TEST_SPAWN")?;
@@ -552,6 +556,10 @@ pub fn test_spawn_hook()
 
 /// The bridge's own environment, captured once at start: a child's environment is decided
 /// from it (`provider::env`), and nothing else reads the environment outside this module.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 pub fn process_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     std::env::vars_os().collect()
 }

@@ -74,6 +74,10 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) ->
 }
 
 /// Writes `config` as pretty JSON to `output`, atomically and readable by its owner only.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 pub fn write_private_json(config: &BridgeConfig, output: &Path) -> Result<(), RenderError> {
     let mut json = serde_json::to_string_pretty(config)?;
     json.push('\n');
@@ -135,6 +139,10 @@ fn create_temp(dir: &Path, file_name: &str) -> Result<(PathBuf, File), RenderErr
 }
 
 /// Creates `path` exclusively (`O_EXCL`), mode 0600, refusing to follow a symlink (`O_NOFOLLOW`).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 fn open_new_private(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().write(true).create_new(true).mode(PRIVATE_MODE).custom_flags(nix::libc::O_NOFOLLOW).open(path)
 }
@@ -191,10 +199,12 @@ mod tests {
         }
     }
 
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn mode_of(path: &Path) -> u32 {
         std::fs::metadata(path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0)
     }
 
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn entries(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .into_iter()
@@ -207,6 +217,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn writes_0600_atomically_and_round_trips() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let config = sample(dir.path());
@@ -235,6 +246,7 @@ mod tests {
     /// A config rendered before the board existed has no `board_addr`, one rendered before the
     /// log level was read has no `log_level`: each loads with its default.
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn a_config_rendered_before_the_board_loads_with_its_default() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let mut value = serde_json::to_value(sample(dir.path()))?;
@@ -257,6 +269,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn refuses_a_symlink_and_leaves_its_target_alone() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let target = dir.path().join("target.json");
@@ -293,6 +306,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn the_temporary_file_is_never_opened_through_a_symlink() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let target = dir.path().join("target");

@@ -32,6 +32,10 @@ pub struct Context {
 
 impl Context {
     /// The running process's context: `HOME` (or the password database) and its own ids.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "configuration is read once, before the runtime serves, or in a CLI command"
+    )]
     pub fn current() -> Result<Context, Refusals> {
         let uid = nix::unistd::getuid();
         let gid = nix::unistd::getgid().as_raw();

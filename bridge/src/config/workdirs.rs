@@ -235,6 +235,10 @@ fn read_dir_path(reader: &mut Reader<'_>, path_key: &str, alias_key: &str) -> Op
 }
 
 /// Resolves an existing directory, or says what is wrong with it.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "configuration is read once, before the runtime serves, or in a CLI command"
+)]
 fn canonical_dir(path: &Path) -> Result<std::path::PathBuf, String> {
     let canonical = std::fs::canonicalize(path).map_err(|e| match e.kind() {
         ErrorKind::NotFound => "does not exist (a workdir is never created for you)".to_owned(),

@@ -5,10 +5,6 @@
 //! task's allowance names: its runtime's own endpoints, then `SERVERFS_AGENT_EGRESS_ALLOW`
 //! (and the workdir's). Everything else is refused, logged, and reported to the task once per
 //! destination (`egress.denied {host, port}`), so a caller sees why `npm install` failed.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "a gate's socket and its directory are made and removed on a blocking thread"
-)]
 
 pub mod allow;
 mod proxy;
@@ -92,6 +88,10 @@ impl Egress {
     /// Opens `task_id`'s gate with `allow`: its socket is bound (0600, in a 0700 directory)
     /// before this returns, and it serves until the gate is dropped. Must be called on the
     /// runtime. Blocking parts (the socket file) run off the reactor.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a gate's socket and its directory are made and removed on a blocking thread"
+    )]
     pub async fn open(&self, task_id: &str, allow: Allow) -> std::io::Result<Gate> {
         let (dir, path) = (self.inner.dir.clone(), self.inner.dir.join(format!("{task_id}.sock")));
         let p = path.clone();
@@ -122,6 +122,10 @@ impl Egress {
     }
 
     /// Removes the gates a previous bridge left (start-up: no task runs). Blocking.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a gate's socket and its directory are made and removed on a blocking thread"
+    )]
     pub fn sweep(&self) {
         let _ = std::fs::remove_dir_all(&self.inner.dir);
     }
@@ -143,6 +147,10 @@ impl Gate {
 }
 
 impl Drop for Gate {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a gate's socket and its directory are made and removed on a blocking thread"
+    )]
     fn drop(&mut self) {
         self.cancel.cancel();
         if let Some(task) = self.task.take() {

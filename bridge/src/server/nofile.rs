@@ -1,10 +1,6 @@
 //! File descriptors: the soft `RLIMIT_NOFILE` raised to the hard limit at start, a reserve
 //! descriptor that lets the bridge answer a connection when none is left, and the socket's
 //! connection cap lowered to what the limit holds beside the tasks, the store and the board.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "descriptor bookkeeping on /proc/self/fd and /dev/null: kernel objects, never a disk"
-)]
 
 use std::fs::File;
 use std::time::Duration;
@@ -109,6 +105,10 @@ fn raise_nofile() -> u64 {
 }
 
 /// How many descriptors the process has open.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "descriptor bookkeeping on /proc/self/fd and /dev/null: kernel objects, never a disk"
+)]
 fn open_descriptors() -> u64 {
     // The directory's own descriptor is in the listing.
     std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1) as u64).unwrap_or(0)
@@ -134,6 +134,10 @@ impl Reserve {
     }
 
     /// Reopens the reserve descriptor if it is closed; whether it is held.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "descriptor bookkeeping on /proc/self/fd and /dev/null: kernel objects, never a disk"
+    )]
     pub(super) fn restore(&mut self) -> bool {
         if self.0.is_none() {
             self.0 = File::open("/dev/null").ok();

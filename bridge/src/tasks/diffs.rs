@@ -1,10 +1,6 @@
 //! A task's diff at rest: inline in its change-set row up to the spool threshold, else in a
 //! private spool file (`<state>/diffs/<task>.diff`, 0600, written atomically), and read back
 //! whole or one file's section at a time in chunks that never split a character.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the spool is written and read on a blocking thread (spawn_blocking in the callers)"
-)]
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom};
@@ -95,6 +91,10 @@ pub fn read_chunk(
     }))
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the spool is written and read on a blocking thread (its callers use spawn_blocking)"
+)]
 fn read_bytes(state_dir: &Path, task_id: &str, row: &ChangesRow, at: u64, n: usize) -> Result<Vec<u8>, ToolError> {
     let broken = |why: &str| ToolError::new(code::AGENT_RESULT_STORAGE_ERROR, why.to_owned());
     match row.diff_storage {
@@ -130,6 +130,10 @@ fn read_bytes(state_dir: &Path, task_id: &str, row: &ChangesRow, at: u64, n: usi
 }
 
 /// Deletes these tasks' diff spool files, those present, off the reactor.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the spool is written and read on a blocking thread (its callers use spawn_blocking)"
+)]
 pub async fn delete(state_dir: PathBuf, task_ids: Vec<String>) {
     if task_ids.is_empty() {
         return;
@@ -222,6 +226,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn a_spool_file_that_changed_size_or_went_away_is_an_error_not_a_wrong_answer() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");

@@ -1,9 +1,5 @@
 //! Final results: inline up to the spool threshold, spooled to a private file up to 8 MiB,
 //! read back in UTF-8-safe chunks; the SHA-256 of the full text is always recorded.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the spool is written and read on a blocking thread (Store::call / spawn_blocking in the callers)"
-)]
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -79,6 +75,10 @@ pub fn store(state_dir: &Path, task_id: &str, text: &str, threshold: u64) -> Res
 
 /// Reads a chunk of a spooled result: at most `max_bytes` from `offset`, never splitting a
 /// character. Blocking: call off the reactor.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the spool is written and read on a blocking thread (its callers use Store::call or spawn_blocking)"
+)]
 pub fn read_chunk(
     state_dir: &Path,
     task_id: &str,
@@ -126,6 +126,10 @@ pub fn read_chunk(
 /// Writes `text` as `name` in the private spool directory `dir`, atomically: a 0600 temporary
 /// file, synced, then renamed; an existing file of that name is refused. `what` names the text
 /// in errors. Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the spool is written and read on a blocking thread (its callers use Store::call or spawn_blocking)"
+)]
 pub fn write_spool(dir: &Path, name: &str, text: &str, what: &str) -> Result<(), ToolError> {
     let storage_error = |e: std::io::Error| ToolError::internal(&format!("cannot spool {what}"), e);
     crate::files::ensure_private_dir(dir)
@@ -179,6 +183,10 @@ pub fn utf8_chunk(buf: &[u8], want: usize, offset: u64, max_bytes: usize) -> Res
 }
 
 /// Deletes these tasks' spool files, those present, off the reactor.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the spool is written and read on a blocking thread (its callers use Store::call or spawn_blocking)"
+)]
 pub async fn delete(state_dir: PathBuf, task_ids: Vec<String>) {
     if task_ids.is_empty() {
         return;
@@ -197,6 +205,7 @@ mod tests {
     use crate::provider::fake_agent::big_text;
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn inline_below_threshold_spool_above() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");

@@ -16,6 +16,7 @@ struct Fixture {
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 impl Fixture {
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn new() -> Result<Fixture, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let home = dir.path().canonicalize()?;
@@ -37,6 +38,7 @@ impl Fixture {
     }
 
     /// Writes `text` as `.env` and validates it.
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn load(&self, text: &str) -> Result<EnvReport, Refusals> {
         let path = self.dir.path().join(".env");
         if let Err(e) = std::fs::write(&path, text) {
