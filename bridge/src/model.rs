@@ -38,7 +38,7 @@ macro_rules! wire_names {
     };
 }
 
-/// A task's state (DESIGN §6). Terminal states have no outgoing transition.
+/// A task's state. Terminal states have no outgoing transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskStatus {
     /// Accepted; the provider has not been started yet.
@@ -100,7 +100,7 @@ impl TaskStatus {
     }
 }
 
-/// A plan's state (DESIGN §7, plus `waiting` and `interrupted`). Terminal states are final.
+/// A plan's state. Terminal states are final.
 ///
 /// `pending_approval → approved → running ⇄ waiting → succeeded | failed | cancelled |
 /// interrupted`, and `pending_approval → rejected | cancelled`. `waiting` means the next step

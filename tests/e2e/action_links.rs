@@ -1,4 +1,4 @@
-//! Action links (issue 14) on the real bridge's board: a notification's `/a/<token>` shows
+//! Action links on the real bridge's board: a notification's `/a/<token>` shows
 //! its one request with no login and answers it once (the task goes on), behind the form's
 //! CSRF field; a second use, a use after the request expired, a link used for another task's
 //! request, and the token anywhere else on the board are refused; every use is audited on

@@ -1,4 +1,4 @@
-//! Audit under floods (issue 11 §3) against a real bridge: a flood of bad keys is a few rows
+//! Audit under floods against a real bridge: a flood of bad keys is a few rows
 //! whose counts add up to every call, while every real call keeps its own row; audit rows past
 //! `SERVERFS_AGENT_AUDIT_RETENTION_DAYS` go at the retention GC and a bad value refuses to
 //! start; a hostile client name is stored in a safe, bounded shape.

@@ -75,7 +75,7 @@ async fn the_2026_07_28_conformance_suite_passes_with_its_fixture_only_baseline(
     run_suite("conformance-0.2.0-alpha.12", "baseline-0.2.0-alpha.12.yml", &["--requirements", "2026-07-28"]).await;
 }
 
-/// Issue 13 asks for the suites' server-side authorization scenarios against `/mcp-oauth`.
+/// The suites' server-side authorization scenarios against `/mcp-oauth` would run here.
 /// The pinned suites have none: their `auth/*` scenarios test clients against the suite's own
 /// mock servers, and 0.2's "authorization server" scenarios test an authorization server,
 /// which this product never is. This pins that reading, so a suite upgrade that adds a

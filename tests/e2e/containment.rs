@@ -1,4 +1,4 @@
-//! Containment (DESIGN §2 invariant 8, §6): a task's processes attack the bridge from inside
+//! Containment: a task's processes attack the bridge from inside
 //! the task, through the fake runtime's `exec:COMMAND`, and fail — they cannot reach the socket,
 //! the store, the spool, the config or the user's session sockets; a peer inside a task is
 //! refused even when the socket is reachable; nothing a task starts outlives it, whatever it

@@ -1,7 +1,7 @@
 //! `kill -9` of the bridge at random points of a submission, hundreds of times over one
 //! state directory, each followed by a restart and a retry with the same idempotency key:
 //! never two tasks for a key, never a stranded lease, never a guard without its task, the
-//! database stays intact — and (issue 33) nothing a killed bridge was starting outlives it: in
+//! database stays intact — and nothing a killed bridge was starting outlives it: in
 //! the sandbox, every restart finds the workdir open and no sandbox left.
 //!
 //! `CRASHLOOP_ITERATIONS` (default 100) and `CRASHLOOP_SEED` (default: the clock, printed)

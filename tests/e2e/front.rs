@@ -208,7 +208,7 @@ async fn a_bridge_that_is_gone_is_a_tool_error_and_an_unhealthy_front_until_it_i
     let _ = client.cancel().await;
 }
 
-/// Seed 001 Phase E through the published MCP surface: an uncertain submission retried with
+/// The retry-safety scenarios through the published MCP surface: an uncertain submission retried with
 /// its key is one task and one provider run; an unanswered approval expires into
 /// `AGENT_INTERACTION_TIMED_OUT`, a late answer is `REQUEST_STALE`, and the writer lease is free
 /// for the next task; a provider whose stop cannot be proven keeps the workdir closed.

@@ -1,4 +1,4 @@
-//! Retry-safe submission (seed 001 §3.4) against a real bridge process over its socket: a
+//! Retry-safe submission against a real bridge process over its socket: a
 //! lost response, retries after completion, concurrent retries, conflicts, per-principal keys,
 //! keyless submissions and key validation.
 

@@ -1,4 +1,4 @@
-//! A bridge that dies while it starts a child leaves nothing running (issue 33), and the next
+//! A bridge that dies while it starts a child leaves nothing running, and the next
 //! start stops whatever a previous bridge's sandboxes left, when it is provably theirs.
 //!
 //! The first tests kill the bridge between `fork` and `exec` of each kind of child — the

@@ -1,4 +1,4 @@
-//! Lifecycle reliability (seed 001 §4–§6, §14): interaction and task deadlines, cancellation
+//! Lifecycle reliability: interaction and task deadlines, cancellation
 //! that is visible at once while the workdir stays closed until cleanup ends, bounded
 //! interrupts, the stop ladder, and the per-task event cap. Limits are shortened through the
 //! `.env` instead of waiting; every wait is a long poll or a bounded poll.
@@ -83,7 +83,7 @@ async fn guard_kept_until_provider_gone(b: &TestBridge, task_id: &str, provider:
     }
 }
 
-/// Seed 001 §5 step by step for a request left unanswered: the interaction deadline's wiring
+/// Step by step, a request left unanswered: the interaction deadline's wiring
 /// through the socket, the provider's stop and the workdir's release. The timer itself (at its
 /// stored expiry, not before; both kinds; capped by the task deadline) is tested in process on
 /// a paused clock (`bridge/src/tasks/timer_tests.rs`).
@@ -208,7 +208,7 @@ async fn a_deadline_with_a_deaf_provider_bounds_the_interrupt_and_keeps_the_guar
     assert!(seen.elapsed() < Duration::from_secs(40));
 }
 
-/// Seed 001 §14.1: the cancel RPC and the task read agree at once, while the lease stays
+/// The cancel RPC and the task read agree at once, while the lease stays
 /// taken (`WORKDIR_BUSY`) until a deliberately delayed cleanup finishes.
 #[tokio::test]
 async fn a_cancelled_task_reads_cancelled_at_once_while_the_workdir_stays_busy_until_cleanup() {
@@ -262,7 +262,7 @@ async fn a_cancelled_task_reads_cancelled_at_once_while_the_workdir_stays_busy_u
     assert!(!types.iter().any(|t| t == "task.completed"), "{types:?}");
 }
 
-/// Seed 001 §14.3: a provider whose interrupt never returns. The cancel still returns at
+/// A provider whose interrupt never returns. The cancel still returns at
 /// once; the guard stays until the stop ladder has ended the provider. The test holds the
 /// provider's stdin open, so closing its input (the ladder's first step) does not end it
 /// either: only the ladder's signal does.
@@ -298,7 +298,7 @@ async fn cancel_returns_at_once_when_the_interrupt_never_returns_and_the_guard_w
     assert_next_writer_runs(&b).await;
 }
 
-/// Seed 001 §14.4: `respond_agent_approval(decision=cancel_task)` takes the same path. Here
+/// `respond_agent_approval(decision=cancel_task)` takes the same path. Here
 /// the provider is frozen (SIGSTOP) while it waits for the answer: it reads neither the
 /// decision nor the interrupt nor its closed input, and ignores SIGTERM while stopped, so
 /// only the last step of the ladder (SIGKILL) ends it.

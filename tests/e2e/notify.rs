@@ -1,4 +1,4 @@
-//! Outbound notifications (issue 14) end to end: the real bridge delivers to a local receiver
+//! Outbound notifications end to end: the real bridge delivers to a local receiver
 //! (`tests/notify/receiver.py`, started by `e2e::receiver`) that verifies Standard Webhooks
 //! signatures with the reference library and checks the ntfy and Slack shapes. One signed
 //! delivery per event, in order, with no host path or prompt text in summary mode; retries keep

@@ -1,4 +1,4 @@
-//! Proof of stop against processes that escape a plain group kill (DESIGN §6): an agent's
+//! Proof of stop against processes that escape a plain group kill: an agent's
 //! stray background command (`orphan:SECONDS` leaves a `setsid sleep` carrying the task
 //! marker). While the bridge runs it kills the orphan before it clears the guard and reaps it;
 //! after `kill -9` of the bridge the orphan outlives it, and the next bridge keeps the workdir

@@ -1,4 +1,4 @@
-//! Plans with a human approval gate (seed 002 §7, DESIGN §7), through the real bridge: a plan
+//! Plans with a human approval gate, through the real bridge: a plan
 //! a session files waits; nothing of it runs before a person approves it on the board or the
 //! local CLI; an MCP caller cannot approve it whatever its role; approval starts step 1; the
 //! local operator's plans are approved at once; filing is atomic; a rejection keeps its
@@ -35,7 +35,7 @@ fn plan_rows(b: &TestBridge) -> (i64, i64) {
     (b.count("plans"), b.count("plan_steps"))
 }
 
-/// Seed 002 §7.1, §7.2 and §7.3: a plan filed through MCP waits for a human, nothing of it is
+/// A plan filed through MCP waits for a human, nothing of it is
 /// served before, and the local operator's approval starts step 1 — whose task the plan's
 /// owner follows and answers like any task.
 #[tokio::test]
@@ -116,7 +116,7 @@ async fn a_session_plan_waits_for_a_human_and_approval_starts_step_one() {
     assert_eq!(t2["owner"], "panel");
 }
 
-/// Seed 002 §7.4: a plan the local operator files is approved at creation and runs.
+/// A plan the local operator files is approved at creation and runs.
 #[tokio::test]
 async fn the_local_operators_plan_is_approved_at_once() {
     let b = TestBridge::start().await;
@@ -134,7 +134,7 @@ async fn the_local_operators_plan_is_approved_at_once() {
     assert_eq!(v.expect("submit")["status"], "pending_approval");
 }
 
-/// Seed 002 §7.5: one invalid step and nothing is created, whichever step it is.
+/// One invalid step and nothing is created, whichever step it is.
 #[tokio::test]
 async fn an_invalid_step_creates_nothing() {
     let b = TestBridge::start().await;

@@ -1,4 +1,4 @@
-//! Identity, policy and audit (DESIGN §4) against a real bridge process: what each role sees,
+//! Identity, policy and audit against a real bridge process: what each role sees,
 //! hidden tools answering like missing ones, credentials, ownership, workdir allowlists, the
 //! audit trail and what it must never hold, key management from the CLI, and tunnel mode.
 

@@ -1,4 +1,4 @@
-//! Least privilege (issue 29): what a hostile task can no longer do, tried from inside a task
+//! Least privilege: what a hostile task can no longer do, tried from inside a task
 //! as an attacker would, with the controls that show the same act works where it is allowed.
 
 use serde_json::json;

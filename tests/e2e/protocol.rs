@@ -1,4 +1,4 @@
-//! The socket protocol on the wire (DESIGN §5): raw lines against a real bridge, without the
+//! The socket protocol on the wire: raw lines against a real bridge, without the
 //! client library, so that what the bridge accepts, answers and refuses is seen byte for byte.
 //!
 //! Every refused line carries an otherwise valid `submit_agent_task` call wherever the
@@ -564,7 +564,7 @@ async fn a_state_dir_open_to_others_is_refused_and_left_alone() {
     assert!(!bridge.socket.exists(), "the refused bridge bound a socket");
 }
 
-/// DESIGN §5: for a peer of another user, the socket is shared through the peer's group
+/// For a peer of another user, the socket is shared through the peer's group
 /// (socket 0660, directory 0750, both in that group) instead of being private.
 #[tokio::test]
 async fn a_socket_for_another_user_is_shared_through_the_group() {

@@ -1,6 +1,6 @@
 //! A bridge that dies or stops with a task running: the task is never re-run, it is marked
 //! `interrupted` with the reason, and the workdir's recovery guard is cleared only on proof
-//! that the provider is gone (DESIGN §6).
+//! that the provider is gone.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Retention GC (seed 001 §7) end to end. Retention is counted in hours, so the test lets the
+//! Retention GC end to end. Retention is counted in hours, so the test lets the
 //! bridge be "down for two hours": with the bridge stopped it moves the completion time of
 //! chosen tasks two hours back (the one place the suite writes the store), then restarts it.
 //! GC must delete each expired task as a whole unit — row, events, requests, spool file,

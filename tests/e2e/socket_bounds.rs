@@ -1,4 +1,4 @@
-//! The socket server's bounds (issue 11, item 2): a cap on connections where a newcomer
+//! The socket server's bounds: a cap on connections where a newcomer
 //! displaces an idle one and the CLI still answers, a bound on a partial line's time, the
 //! `RLIMIT_NOFILE` figure in the log, and clear refusals (`BRIDGE_BUSY`) when every connection
 //! has a request in progress or no descriptor is left, without spinning.

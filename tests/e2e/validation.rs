@@ -1,4 +1,4 @@
-//! Argument validation through `capabilities.call` (DESIGN §4.4): every rule on a real bridge.
+//! Argument validation through `capabilities.call`: every rule on a real bridge.
 //!
 //! Each refusal must be `INVALID_ARGUMENT` (or the tool's own code), name the parameter and
 //! the rule, leave the task table unchanged, and never show a host path. Each leniency

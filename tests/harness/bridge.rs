@@ -322,7 +322,7 @@ impl TestBridge {
 
 impl Drop for TestBridge {
     /// Stops the bridge in order (SIGTERM, then SIGKILL after 30 s), then fails the test when
-    /// a sandbox of it is left (issue 33: each one lived until the machine rebooted).
+    /// a sandbox of it is left (each one lived until the machine rebooted).
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);

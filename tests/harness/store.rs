@@ -91,7 +91,7 @@ impl TestBridge {
 
     /// Waits until no writer holds `repo` (slot 01): its lease is free and its guard cleared.
     /// A terminal task may still hold both for a moment: they are released only after the
-    /// provider's cleanup (seed 001 §14.1), so a writer submitted right away may get
+    /// provider's cleanup, so a writer submitted right away may get
     /// `WORKDIR_BUSY`.
     pub async fn writer_idle(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

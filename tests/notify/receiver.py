@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A local receiver for the bridge's outbound notifications (issue 14), for the end-to-end tests.
+"""A local receiver for the bridge's outbound notifications, for the end-to-end tests.
 
 Serves HTTP on 127.0.0.1 (a port the kernel picks unless --port says otherwise), prints
 `{"port": N}` as its first stdout line, then serves until killed. Every request is appended to

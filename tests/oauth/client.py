@@ -1,4 +1,4 @@
-"""Test MCP OAuth client for issue 13: the Python MCP SDK's OAuthClientProvider against /mcp-oauth, login automated.
+"""Test MCP OAuth client: the Python MCP SDK's OAuthClientProvider against /mcp-oauth, login automated.
 
     .tools/oauth-venv/bin/python tests/oauth/client.py --url http://127.0.0.1:PORT/mcp-oauth --user alice \
         --submit-json '{"workdir": "...", "runtime": "fake", "profile": "review", "prompt": "complete:hello"}' \

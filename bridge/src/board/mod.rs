@@ -1,4 +1,4 @@
-//! The operator board (DESIGN §8): server-rendered pages on a loopback address, or on a Unix
+//! The operator board: server-rendered pages on a loopback address, or on a Unix
 //! socket (`SERVERFS_BOARD_SOCKET`, for an `ssh -L` forward on a shared host), served by the
 //! bridge itself through the bounded server of `bridge-httpd` ([`bridge_httpd::Limits::BOARD`]:
 //! 128 connections, 64 requests in flight, header 10 s, body 30 s, idle 60 s).

@@ -1,4 +1,4 @@
-//! The plan service (seed 002, DESIGN §7): a caller files a whole multi-step plan; nothing of
+//! The plan service: a caller files a whole multi-step plan; nothing of
 //! it runs until a human approves it on the board or with the local CLI; once approved, its
 //! steps run in order as ordinary tasks through the task service, each continuing the
 //! previous step's session.

@@ -3,7 +3,7 @@
 //!
 //! Arguments come from a language model: plausible, not reliable. So, strictly: unknown
 //! parameters are refused by name; types, enums, bounds and lengths are checked with a message
-//! naming the parameter and the rule. Two leniencies (DESIGN §4.4): a numeric string becomes a
+//! naming the parameter and the rule. Two leniencies: a numeric string becomes a
 //! number where a number is expected (`"4.5"` → 4.5), and `null` or `""` on an optional
 //! parameter means the parameter is absent.
 

@@ -1,6 +1,6 @@
 //! The audit writer: one row per capability call, batched into group commits off the request
 //! path, with the calls that failed authentication coalesced so a flood stays a few rows. A
-//! write failure is logged and never fails a call (seed 000).
+//! write failure is logged and never fails a call.
 //!
 //! **Coalescing.** A row with no principal (authentication failed, or the peer itself was
 //! refused) or with `UNAUTHENTICATED` is a *flood row*. Its source is what the bridge decided,

@@ -1,5 +1,5 @@
-//! The capability registry: the one place every action passes through, from every surface
-//! (DESIGN §2 invariant 2). It authenticates, hides what the caller may not see, validates the
+//! The capability registry: the one place every action passes through, from every surface.
+//! It authenticates, hides what the caller may not see, validates the
 //! arguments against the schema it announces, calls the service and writes one audit row.
 //! It holds no business logic: each entry delegates to a service.
 

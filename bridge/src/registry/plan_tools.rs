@@ -1,4 +1,4 @@
-//! The plan capabilities (seed 002) and the board's login tokens. Approval and rejection exist
+//! The plan capabilities and the board's login tokens. Approval and rejection exist
 //! on the local surfaces only (CLI, board): an MCP caller never sees them, whatever its role,
 //! and the plan service refuses them to anyone but a person at this machine.
 

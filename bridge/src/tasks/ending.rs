@@ -20,7 +20,7 @@ use crate::store::tasks::TransitionFields;
 /// Releases what the task held — the writer lease always (the provider's cleanup is over),
 /// the guard only on proof — and then persists how the task ended, so a caller who sees a
 /// terminal state finds the workdir already free. (A task someone else made terminal, e.g. a
-/// cancel, keeps its state; its lease is released only now, after cleanup: seed 001 §14.1.)
+/// cancel, keeps its state; its lease is released only now, after cleanup.)
 pub(super) async fn finish(job: Job, ending: Ending, proof: Option<StopProof>, redactor: &Redactor) {
     let Job { inner, task, lease, guard_key, worktree, baseline, .. } = job;
     let task_id = task.task_id.clone();

@@ -14,7 +14,7 @@ pub fn canonical(v: &Value) -> String {
     v.to_string()
 }
 
-/// The semantic inputs of a submission (seed 001 §3.2 plus the requested model).
+/// The semantic inputs of a submission.
 #[derive(Debug, Clone)]
 pub struct Submission<'a> {
     /// Runtime name.

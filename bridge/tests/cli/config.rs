@@ -143,7 +143,7 @@ fn several_problems_are_all_listed() {
     assert_eq!(stderr.lines().count(), expected.len(), "one line per problem, nothing else:\n{stderr}");
 }
 
-/// The four lifecycle limits of seed 001 §4.
+/// The four lifecycle limits.
 const LIFECYCLE_KEYS: [&str; 4] = [
     "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS",
     "SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS",
