@@ -1,4 +1,4 @@
-"""The Python reference of the `calls` benchmark (bench/README.md, issue 17).
+"""The Python reference of the `calls` benchmark (bench/README.md).
 
 What the Python anchor runs: the official MCP SDK (mcp==2.3.0) `MCPServer` over streamable HTTP
 in stateless JSON-response mode under uvicorn (one worker, no access log, log level warning),

@@ -1,7 +1,8 @@
 //! The tidy checks: every Rust file opens with a `//!` line saying what it is for,
-//! ARCHITECTURE.md's code map names every module of every crate, and the `.env` syntax is
-//! read in one place (rust-analyzer's tidy test is the model). They read the repository's
-//! files; they start nothing.
+//! ARCHITECTURE.md's code map has an entry for every directory of Rust code, the documents'
+//! relative links resolve and cite nothing a reader lacks, and the `.env` syntax is read in
+//! one place (rust-analyzer's tidy test is the model). They read the repository's files; they
+//! start nothing.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The crate directories, each with its code map section (`### `dir/``).
+/// The crate directories, whose Rust code the tidy checks walk.
 const CRATES: &[&str] = &["proto", "bridge", "mcp-front", "httpd", "envfile", "bench", "tests"];
 
 #[test]
@@ -50,99 +51,274 @@ fn every_rust_file_opens_with_its_purpose() {
     assert!(missing.is_empty(), "these files do not open with a `//!` line saying what they are for: {missing:?}");
 }
 
-/// The code map's section of one crate: from the `### ` heading that names `` `dir/` `` to the
-/// next heading.
-fn section<'a>(map: &'a str, dir: &str) -> &'a str {
-    let needle = format!("### `{dir}/`");
-    let start = map.find(&needle).unwrap_or_else(|| panic!("ARCHITECTURE.md has no code map section `{needle}`"));
-    let rest = &map[start + needle.len()..];
-    let end = rest.find("\n## ").into_iter().chain(rest.find("\n### ")).min().unwrap_or(rest.len());
-    &rest[..end]
+/// The part of ARCHITECTURE.md from `## Code map` to the next `## ` heading.
+fn code_map(text: &str) -> &str {
+    let start = text.find("## Code map").expect("ARCHITECTURE.md has a `## Code map`");
+    let map = &text[start..];
+    let end = map[1..].find("\n## ").map_or(map.len(), |e| e + 1);
+    &map[..end]
 }
 
-/// The modules a section must name, for a crate whose modules live under `src`: each file as
-/// `` `name.rs` `` (or with its folder, `` `folder/name.rs` ``), each folder as `` `folder/` ``.
-/// Crate roots (`lib.rs`, `main.rs`) and `mod.rs` are their folder; unit-test files
-/// (`tests.rs`, `*_tests.rs`, and everything under a `tests/` folder) belong to their parent;
-/// fuzz modules (`*_fuzz.rs`) are listed in the fuzz section by path.
-fn expected_names(src: &Path) -> BTreeSet<String> {
+/// The directories the code map has an entry for: a `### ` heading or a `- ` item that opens
+/// with a directory in backquotes (`` ### `bridge/src/` `` or `` - `bridge/src/tasks/` — … ``).
+/// A directory named inside a sentence is not an entry.
+fn map_entries(map: &str) -> BTreeSet<String> {
+    map.lines()
+        .filter_map(|line| line.strip_prefix("### `").or_else(|| line.strip_prefix("- `")))
+        .filter_map(|rest| rest.split_once('`').map(|(name, _)| name))
+        .filter(|name| name.ends_with('/'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every directory under `dirs` (relative to `root`) that directly holds a `.rs` file, as
+/// `path/` relative to `root`.
+fn source_dirs(root: &Path, dirs: &[&str]) -> BTreeSet<String> {
     let mut files = Vec::new();
-    rust_files(src, &mut files);
-    let mut names = BTreeSet::new();
-    for file in files {
-        let rel = file.strip_prefix(src).expect("under src");
-        let parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-        let name = parts.last().expect("a file name").clone();
-        let folders = &parts[..parts.len() - 1];
-        if folders.iter().any(|f| f == "tests")
-            || name == "tests.rs"
-            || name.ends_with("_tests.rs")
-            || name.ends_with("_fuzz.rs")
-        {
-            continue;
-        }
-        for folder in folders {
-            names.insert(format!("{folder}/"));
-        }
-        if !matches!(name.as_str(), "lib.rs" | "main.rs" | "mod.rs") {
-            names.insert(name);
-        }
+    for dir in dirs {
+        rust_files(&root.join(dir), &mut files);
     }
-    names
+    files
+        .iter()
+        .filter_map(|f| f.parent())
+        .map(|d| format!("{}/", d.strip_prefix(root).expect("under the root").display()))
+        .collect()
 }
 
-fn mentions(section: &str, name: &str) -> bool {
-    section.contains(&format!("`{name}"))
-        || section.contains(&format!("/{name}`"))
-        || section.contains(&format!("/{name}:"))
+/// What the code map lacks (source directories without an entry) and what it has too much
+/// (entries naming no directory).
+fn code_map_problems(root: &Path, dirs: &[&str], map: &str) -> (Vec<String>, Vec<String>) {
+    let entries = map_entries(map);
+    let missing = source_dirs(root, dirs).into_iter().filter(|d| !entries.contains(d)).collect();
+    let stale = entries.into_iter().filter(|e| !root.join(e).is_dir()).collect();
+    (missing, stale)
 }
 
 #[test]
-fn the_code_map_names_every_module() {
+fn the_code_map_has_an_entry_for_every_source_directory() {
     let root = root();
     let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md");
-    let map_start = text.find("## Code map").expect("ARCHITECTURE.md has a `## Code map`");
-    let map = &text[map_start..];
-    let map = &map[..map.find("\n## Cross-cutting").unwrap_or(map.len())];
-    let mut missing = Vec::new();
-    for dir in CRATES {
-        let section = section(map, dir);
-        // The e2e crate's library is `harness/` beside its test binaries, whose modules are
-        // areas of the suite, not parts of the architecture.
-        let names = if *dir == "tests" {
-            let mut names = expected_names(&root.join("tests").join("harness"));
-            names.insert("harness/".to_owned());
-            names
-        } else {
-            expected_names(&root.join(dir).join("src"))
-        };
-        for name in names {
-            if !mentions(section, &name) {
-                missing.push(format!("{dir}: {name}"));
-            }
-        }
-    }
-    let fuzz = section(map, "fuzz");
-    for dir in CRATES {
-        let mut files = Vec::new();
-        rust_files(&root.join(dir), &mut files);
-        for file in files.iter().filter(|f| f.to_string_lossy().ends_with("_fuzz.rs")) {
-            let rel = file.strip_prefix(&root).expect("under the root").display().to_string();
-            if !fuzz.contains(&format!("`{rel}`")) {
-                missing.push(format!("fuzz: {rel}"));
-            }
-        }
-    }
-    assert!(missing.is_empty(), "ARCHITECTURE.md's code map does not name these modules: {missing:?}");
+    let map = code_map(&text);
+    let dirs: Vec<&str> = CRATES.iter().chain(&["fuzz"]).copied().collect();
+    assert!(source_dirs(&root, &dirs).len() > 20, "the walk found too few directories: is the root right?");
+    let (missing, stale) = code_map_problems(&root, &dirs, map);
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md's code map has no entry (a `### ` heading or a `- ` item opening with the \
+         directory in backquotes) for these directories of Rust code: {missing:?}"
+    );
+    assert!(stale.is_empty(), "ARCHITECTURE.md's code map names directories that do not exist: {stale:?}");
 }
 
 #[test]
-fn the_tidy_walk_sees_a_missing_module() {
-    // The check must be able to fail: a name no section holds is reported.
-    let map = "## Code map\n### `proto/` (crate)\n`envelope.rs` and `codes.rs`\n### `bridge/`\n";
-    assert!(mentions(section(map, "proto"), "envelope.rs"));
-    assert!(!mentions(section(map, "proto"), "framing.rs"));
-    assert!(!mentions(section(map, "bridge"), "envelope.rs"));
+fn the_tidy_walk_sees_a_missing_directory() {
+    // The check must be able to fail both ways: a directory of Rust code without an entry, and
+    // an entry for a directory that is gone.
+    let dir = tempfile::tempdir().expect("temp dir");
+    for file in ["a/src/lib.rs", "a/src/x/mod.rs", "a/src/x/y/deep.rs", "b/tests/t.rs"] {
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(&path, "//! A module.\n").expect("write");
+    }
+    std::fs::write(dir.path().join("a/README.md"), "no code here\n").expect("write");
+    let map = "## Code map\n### `a/src/` (crate)\n- `a/src/x/` — x, beside `a/src/x/y/` in a sentence\n\
+               - `b/tests/` — tests\n- `a/src/gone/` — moved away\n## Next\n- `c/` — not in the map\n";
+    let (missing, stale) = code_map_problems(dir.path(), &["a", "b"], code_map(map));
+    assert_eq!(missing, ["a/src/x/y/"]);
+    assert_eq!(stale, ["a/src/gone/"]);
+    let (missing, stale) = code_map_problems(dir.path(), &["a"], "## Code map\n- `a/src/` — a\n");
+    assert_eq!(missing, ["a/src/x/", "a/src/x/y/"]);
+    assert!(stale.is_empty());
+}
+
+/// The documents whose links and wording the tidy tests check: the README, ARCHITECTURE.md,
+/// every page of `docs/`, and the READMEs of `bench/` and `fuzz/`.
+fn documents(root: &Path) -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> =
+        ["README.md", "ARCHITECTURE.md", "bench/README.md", "fuzz/README.md"].iter().map(|d| root.join(d)).collect();
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("read docs/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    pages.sort();
+    docs.extend(pages);
+    docs
+}
+
+/// The lines of a markdown text outside fenced code blocks.
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a markdown text's headings (a repeated heading's later ones get `-1`, `-2`, …).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    for line in prose_lines(text) {
+        let Some(heading) = line.strip_prefix('#') else { continue };
+        let heading = heading.trim_start_matches('#');
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        let base = slug(heading);
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while seen.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        seen.insert(anchor);
+    }
+    seen
+}
+
+/// The relative links of a markdown file (`[text](target)`, outside code blocks) whose file
+/// does not exist, or whose `#anchor` names no heading of a markdown target.
+fn broken_links(file: &Path, text: &str) -> Vec<String> {
+    let dir = file.parent().expect("a file in a directory");
+    let mut broken = Vec::new();
+    for line in prose_lines(text) {
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            let target = after[..end].split_whitespace().next().unwrap_or("");
+            rest = &after[end..];
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let linked = if path.is_empty() {
+                text.to_owned()
+            } else {
+                let resolved = dir.join(path);
+                if !resolved.exists() {
+                    broken.push(format!("{target} (no such file)"));
+                    continue;
+                }
+                if resolved.extension().is_none_or(|x| x != "md") {
+                    continue;
+                }
+                std::fs::read_to_string(&resolved).unwrap_or_default()
+            };
+            if !anchor.is_empty() && !anchors(&linked).contains(anchor) {
+                broken.push(format!("{target} (no such heading)"));
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let root = root();
+    let docs = documents(&root);
+    assert!(docs.len() >= 8, "found only {} documents: is docs/ there?", docs.len());
+    let mut broken = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+        for link in broken_links(doc, &text) {
+            broken.push(format!("{}: {link}", doc.strip_prefix(&root).unwrap_or(doc).display()));
+        }
+    }
+    assert!(broken.is_empty(), "these relative links point at nothing: {broken:?}");
+}
+
+#[test]
+fn the_link_check_sees_a_broken_link() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("docs")).expect("mkdir");
+    std::fs::write(dir.path().join("docs/a.md"), "# Page A\n## The `fake` runtime\n").expect("write");
+    let file = dir.path().join("README.md");
+    let text = "[a](docs/a.md), [b](docs/b.md), [c](docs/a.md#the-fake-runtime), [d](docs/a.md#nowhere)\n\
+                [web](https://example.com/x) [self](#top) [gone](#gone)\n```\n[in code](docs/none.md)\n```\n# Top\n";
+    assert_eq!(
+        broken_links(&file, text),
+        ["docs/b.md (no such file)", "docs/a.md#nowhere (no such heading)", "#gone (no such heading)"]
+    );
+    assert_eq!(slug("Remote connectors with OAuth (`/mcp-oauth`)"), "remote-connectors-with-oauth-mcp-oauth");
+}
+
+/// What a reader of the repository cannot follow: a tracker issue ("issue 17", "issue #3"), a
+/// section of a design note outside it ("DESIGN §4", "DESIGN.md"), a seed ("seed 001").
+fn cites_the_unreadable(line: &str) -> bool {
+    let lower = line.to_lowercase();
+    let followed_by_number = |word: &str| {
+        lower.match_indices(word).any(|(at, _)| {
+            let rest = lower[at + word.len()..].trim_start_matches(['s', ' ']);
+            rest.starts_with(|c: char| c.is_ascii_digit() || c == '#')
+        })
+    };
+    followed_by_number("issue")
+        || followed_by_number("seed")
+        || lower.contains("design §")
+        || lower.contains("design.md")
+}
+
+#[test]
+fn no_document_cites_an_issue_a_design_section_or_a_seed() {
+    let root = root();
+    let mut files = documents(&root);
+    files.push(root.join(".env.example"));
+    let mut deployment = Vec::new();
+    for entry in std::fs::read_dir(root.join("deployment")).expect("read deployment/").flatten() {
+        if entry.path().is_file() {
+            deployment.push(entry.path());
+        }
+    }
+    files.extend(deployment);
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for (n, line) in text.lines().enumerate() {
+            if cites_the_unreadable(line) {
+                found.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(&root).unwrap_or(file).display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "these lines cite what a reader of the repository does not have (an issue, a design-note \
+         section, a seed): say what is meant instead:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_citation_rule_sees_a_citation() {
+    for cited in ["the code issue 17 started from", "(issue #31)", "see DESIGN §10", "DESIGN.md says", "seed 001 §4"]
+    {
+        assert!(cites_the_unreadable(cited), "{cited}");
+    }
+    for plain in ["an IdP that issues tokens", "the issuer's keys", "seed corpora", "the design of the board"] {
+        assert!(!cites_the_unreadable(plain), "{plain}");
+    }
 }
 
 /// How a line is split at its `=` into a key and a value (spaces removed from the source

@@ -1,7 +1,7 @@
-//! The command line: the daemon (`serve`), configuration (`config render|check|example`), the
-//! operator's client commands over the socket (`keys …`, `tasks …`, `plans …`, `board …`,
-//! `guards …`, `health`), and the fake runtime's hidden child entry point. Exit codes are
-//! mapped here, in one place.
+//! The command line: the daemon (`serve`), configuration (`config
+//! render|check|example|reference`), the operator's client commands over the socket (`keys …`,
+//! `tasks …`, `plans …`, `board …`, `guards …`, `health`), and the fake runtime's hidden child
+//! entry point. Exit codes are mapped here, in one place.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -170,6 +170,8 @@ enum ConfigCommand {
     },
     /// Print `.env.example`: every key, grouped, with its default and meaning.
     Example,
+    /// Print `docs/configuration.md`: the same catalog as a markdown reference page.
+    Reference,
     /// Validate a `.env` and print the effective configuration or every refusal.
     Check {
         /// The operator's `.env`.
@@ -189,6 +191,10 @@ pub fn main() -> ExitCode {
         Command::SandboxExec { args } => ExitCode::from(crate::provider::relay::run(&args).clamp(0, 255) as u8),
         Command::Config(ConfigCommand::Example) => {
             output::line(crate::config::example::render().trim_end());
+            Exit::Ok.into()
+        }
+        Command::Config(ConfigCommand::Reference) => {
+            output::line(crate::config::reference::render().trim_end());
             Exit::Ok.into()
         }
         Command::Config(ConfigCommand::Check { env_file, json }) => {

@@ -3,7 +3,8 @@
 //!
 //! [`render`] is the only author of the repository's `.env.example` (`agent-bridge config
 //! example > .env.example`); a test fails when the file and the catalog in [`super::keys`]
-//! disagree, and another when a compose file reads a key the catalog does not know.
+//! disagree, and another when a compose file reads a key the catalog does not know. The
+//! markdown form of the same catalog is [`super::reference`].
 
 use std::fmt::Write as _;
 
@@ -17,7 +18,7 @@ pub const COMPOSE_FILES: [&str; 4] = ["compose.yml", "compose.agent.yml", "compo
 pub const COMPOSE_FILE_LINE: &str = "COMPOSE_FILE=compose.yml:compose.agent.yml";
 
 /// The title and the lines of explanation that open a group.
-fn heading(group: Group) -> (&'static str, &'static [&'static str]) {
+pub(super) fn heading(group: Group) -> (&'static str, &'static [&'static str]) {
     match group {
         Group::Paths => (
             "Paths: where the bridge keeps its socket, locks and state",
@@ -38,7 +39,7 @@ fn heading(group: Group) -> (&'static str, &'static [&'static str]) {
             "OAuth: /mcp-oauth for claude.ai and ChatGPT connectors, tokens from your identity provider",
             &[
                 "The bridge validates the IdP's JWT access tokens (signature from its JWKS, iss, aud = the",
-                "resource, exp); a subject with no role is refused. /mcp keeps API keys; see README.",
+                "resource, exp); a subject with no role is refused. /mcp keeps API keys; see docs/connectors.md.",
             ],
         ),
         Group::Compose => (
@@ -72,8 +73,8 @@ fn heading(group: Group) -> (&'static str, &'static [&'static str]) {
     }
 }
 
-/// The five timeouts, told apart (DESIGN §10), for the lifecycle group.
-const TIMEOUTS: [(&str, &str, &str); 5] = [
+/// The five timeouts, told apart, for the lifecycle group (and the reference page's opening).
+pub(super) const TIMEOUTS: [(&str, &str, &str); 5] = [
     ("front-to-bridge RPC timeout", "SERVERFS_AGENT_BRIDGE_TIMEOUT_SECONDS", "one call from mcp-front to the bridge"),
     ("task timeout", "SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", "a task's whole life"),
     ("interaction timeout", "SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", "one unanswered approval or question"),

@@ -1,7 +1,8 @@
 //! The catalog of every `.env` key the project reads, and of the ServerFS keys it tolerates.
 //!
 //! [`KEYS`] is the single source for key names, defaults and meanings: the validator in
-//! [`super::env`] looks keys up here, and `.env.example` is checked against this table.
+//! [`super::env`] looks keys up here, and `.env.example` and `docs/configuration.md` are
+//! rendered from this table (and checked against it).
 //! Per-slot keys are written with the placeholder `NN` (`WORKDIR_NN_ALIAS`,
 //! `SERVERFS_NOTIFY_NN_URL`) and exist for the slots `01` to their family's count.
 
@@ -45,7 +46,7 @@ pub enum Group {
     Paths,
     /// Who may connect to the bridge, and whether it may run as root.
     Identity,
-    /// Task lifecycle limits (seed 001 §4) and result sizes.
+    /// Task lifecycle limits and result sizes.
     Lifecycle,
     /// The global agent policy that workdirs inherit.
     Policy,
@@ -445,7 +446,7 @@ pub static KEYS: &[KeySpec] = &[
         "SERVERFS_BOARD_ADDR",
         Some("127.0.0.1:7878"),
         Group::Board,
-        "The address the local web board listens on (IP:port).",
+        "The address the local web board listens on (IP:port, loopback only; port 0 picks a free one).",
     ),
     ours(
         "SERVERFS_BOARD_SOCKET",

@@ -17,6 +17,7 @@ pub mod example;
 pub mod keys;
 pub mod notify;
 pub mod oauth;
+pub mod reference;
 mod refusals;
 pub mod render;
 mod report;

@@ -1,6 +1,7 @@
 //! `.env.example` through the real binary: `config example` prints the repository's file, the
 //! file as shipped is a valid configuration, and a copy filled in the way an operator fills it
-//! (paths, a workdir, the container identity) checks and renders.
+//! (paths, a workdir, the container identity) checks and renders; `config reference` prints
+//! `docs/configuration.md`.
 
 use crate::{Fixture, assert_exit, mode, texts};
 
@@ -121,4 +122,18 @@ fn a_container_identity_the_bridge_would_refuse_is_refused() {
     assert!(stderr.starts_with(&expected), "{stderr}");
     assert!(stderr.contains(&format!("set SERVERFS_UID={uid}")), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn config_reference_prints_the_shipped_page() {
+    let fx = Fixture::new();
+    let out = fx.run(&["config", "reference"]);
+    assert_exit(&out, 0);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
+    let page = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        texts(&out).0 == page,
+        "`agent-bridge config reference` and docs/configuration.md differ: regenerate it with\n  \
+         cargo run -q -p agent-bridge -- config reference > docs/configuration.md"
+    );
 }
