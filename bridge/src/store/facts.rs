@@ -6,8 +6,9 @@
 //! request's payload), no prompt and no host path; it names no target, carries no wording and no
 //! link. The notifier reads the pending facts, decides who gets what, and hands back the messages
 //! of each; [`Store::route_facts`] writes them and deletes the fact in one transaction. This
-//! module reads what it records with its own queries, so the modules that record facts
-//! (`tasks.rs`, `interactions.rs`, `plans.rs`) are the only ones that depend on it.
+//! module reads what it records with its own queries and imports no sibling but `outbox.rs`:
+//! the modules that record facts (`tasks.rs`, `interactions.rs`, `plans.rs`) depend on it, never
+//! the other way round.
 
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
