@@ -102,8 +102,6 @@ pub fn prepare(config: BridgeConfig) -> anyhow::Result<Prelude> {
 pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
     let Prelude { config, uid, gid, descriptors, instance, store, leases, keys, self_exe } = prelude;
     let config = Arc::new(config);
-    // Before anything is written: every state change from here on writes its notifications.
-    store.set_routes(crate::notify::routes(&config.notify));
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
     let clock = Clock::System;

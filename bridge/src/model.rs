@@ -37,6 +37,29 @@ macro_rules! wire_names {
         }
     };
 }
+pub(crate) use wire_names;
+
+/// Gives wire-named enums serde as their wire name, for the values the store keeps inside JSON
+/// (the notification facts): an unknown name is an error naming the vocabulary, never a panic.
+macro_rules! wire_serde {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                <$ty>::parse(&text)
+                    .ok_or_else(|| serde::de::Error::custom(format!("unknown {} {text:?}", <$ty>::WHAT)))
+            }
+        }
+    )+};
+}
+
+wire_serde!(TaskStatus, PlanStatus, WorktreeState, InteractionKind);
 
 /// A task's state. Terminal states have no outgoing transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

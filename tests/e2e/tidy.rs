@@ -390,6 +390,113 @@ fn the_env_reader_rule_sees_a_second_reader() {
     assert!(!reads_env_lines("let (k, v) = pair.split_once('=')?;"));
 }
 
+/// Rust source as tokens: identifiers (and numbers) whole, `::` as one token, every other
+/// character but whitespace as its own (comments and strings are not told apart).
+fn tokens(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = source.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_alphanumeric() || c == '_' {
+            let mut word = c.to_string();
+            while let Some(&next) = chars.peek().filter(|n| n.is_alphanumeric() || **n == '_') {
+                word.push(next);
+                chars.next();
+            }
+            out.push(word);
+        } else if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            out.push("::".into());
+        } else if !c.is_whitespace() {
+            out.push(c.to_string());
+        }
+    }
+    out
+}
+
+/// Whether Rust source names the notifier (`bridge/src/notify/`): `crate::notify` or
+/// `super::…::notify`, or a `crate::{…}` / `super::{…}` group with `notify` among its own items.
+/// `config::notify`, tokio's `Notify` and `notify_…` names are not the notifier.
+fn names_the_notifier(source: &str) -> bool {
+    let t = tokens(source);
+    for i in 0..t.len() {
+        if !matches!(t[i].as_str(), "crate" | "super") || t.get(i + 1).map(String::as_str) != Some("::") {
+            continue;
+        }
+        match t.get(i + 2).map(String::as_str) {
+            Some("notify") => return true,
+            Some("{") => {
+                let (mut depth, mut item_start) = (0usize, true);
+                for token in &t[i + 3..] {
+                    match token.as_str() {
+                        "{" => depth += 1,
+                        "}" if depth == 0 => break,
+                        "}" => depth -= 1,
+                        "," if depth == 0 => {
+                            item_start = true;
+                            continue;
+                        }
+                        "notify" if depth == 0 && item_start => return true,
+                        _ => {}
+                    }
+                    item_start = false;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+#[test]
+fn the_store_never_names_the_notifier() {
+    // The store records one neutral fact per change and keeps the outbox; who gets what, the
+    // wording and the links are the notifier's. A store module calling into `notify/` would
+    // bring back the cycle between them.
+    let root = root();
+    let mut files = Vec::new();
+    rust_files(&root.join("bridge/src/store"), &mut files);
+    assert!(files.len() > 10, "the walk found only {} store files: is the root right?", files.len());
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|f| names_the_notifier(&std::fs::read_to_string(f).unwrap_or_default()))
+        .map(|f| f.strip_prefix(&root).unwrap_or(f).display().to_string())
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "these store files name `crate::notify` (the store records facts; the notifier reads them): {naming:?}"
+    );
+    // The rule recognises the notifier where it is named.
+    let links = std::fs::read_to_string(root.join("bridge/src/registry/links.rs")).expect("read registry/links.rs");
+    assert!(names_the_notifier(&links), "the rule no longer sees the registry's use of the notifier");
+}
+
+#[test]
+fn the_notifier_rule_sees_each_way_of_naming_it() {
+    for named in [
+        "use crate::notify::links;",
+        "let t = crate :: notify::format::title(&fact);",
+        "super::super::notify::route::route_pending(s, &t, &mut u)",
+        "use crate::{model::TaskStatus, notify::links};",
+        "use super::super::{\n    notify,\n    store,\n};",
+        "use crate::{notify};",
+        "use crate::{store, notify as n};",
+    ] {
+        assert!(names_the_notifier(named), "not seen: {named}");
+    }
+    for other in [
+        "use crate::config::notify::NotifyEvent;",
+        "use crate::{config::notify::NotifyEvent, model};",
+        "use crate::{config::{notify::NotifyEvent, Role}, model};",
+        "self.outbox_wake.notify_one();",
+        "outbox_wake: tokio::sync::Notify::new(),",
+        "INSERT INTO notify_outbox (message_id) VALUES (?1)",
+        "use super::notify_pages;",
+        "use crate::{notifyish, model};",
+    ] {
+        assert!(!names_the_notifier(other), "seen where it is not: {other}");
+    }
+}
+
 /// A scratch crate with `body` as its library, checked by clippy under the repository's
 /// `clippy.toml`; the output and whether it passed.
 fn clippy_scratch(body: &str) -> (bool, String) {

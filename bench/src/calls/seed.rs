@@ -72,6 +72,10 @@ pub fn bridge_store(state_dir: &Path, principal: &str, tasks: usize, extra_event
             seed_task(&store, &task_id(i), principal, now - 60_000, if i % 100 == 0 { extra_events } else { 0 })
                 .with_context(|| format!("seed task {i}"))?;
         }
+        // Each ending recorded a notification fact. The measured bridge has no notification
+        // target: they are routed to nobody here, as its worker would do at start.
+        agent_bridge::notify::route::route_pending(&store, &[], &mut Default::default())
+            .context("route the seeded notification facts")?;
     }
     // The store is closed: its WAL is checkpointed into the file. Copied whole (mode 0600 kept).
     std::fs::DirBuilder::new()

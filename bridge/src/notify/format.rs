@@ -1,16 +1,69 @@
-//! The three wire formats of a notification: a Standard Webhooks message (signed JSON), an
-//! ntfy JSON publish and a Slack Block Kit message, rendered from an outbox row's facts.
+//! What a notification says and how it is sent: the wording of each fact (its title, here
+//! and nowhere else), and the three wire formats of a message — a Standard Webhooks message
+//! (signed JSON), an ntfy JSON publish and a Slack Block Kit message — rendered from a stored
+//! message's facts.
 //!
-//! Rendering is a pure function of the row, the target and the links' base, so every attempt
-//! of a row sends the same body (only the webhook timestamp and signature are per attempt).
+//! A title is written once, when a fact is routed (`route.rs`), and kept with the message, so a
+//! message written before a wording change goes out as it was written. Rendering is a pure
+//! function of the message, the target and the links' base, so every attempt of a message
+//! sends the same body (only the webhook timestamp and signature are per attempt).
 
 use base64::Engine as _;
 use hmac::{KeyInit, Mac};
 use reqwest::Url;
 use serde_json::{Value, json};
 
-use crate::config::notify::{NotifyKind, NotifyTarget, check_webhook_secret, ntfy_topic};
-use crate::store::outbox::OutboxRow;
+use crate::config::notify::{NotifyEvent, NotifyKind, NotifyTarget, check_webhook_secret, ntfy_topic};
+use crate::model::{InteractionKind, TaskStatus, WorktreeState};
+use crate::store::facts::{Fact, TaskEnded};
+use crate::store::outbox::{MessageKind, OutboxRow};
+
+/// The title of a test notification.
+pub const TEST_TITLE: &str = "Test notification from agent-bridge";
+
+/// The title of a fact's notification: what happened, to what, where — never a prompt or a path.
+pub fn title(fact: &Fact) -> String {
+    match fact {
+        Fact::TaskEnded(ended) => {
+            let task = &ended.task;
+            let verb = match task.status {
+                TaskStatus::Succeeded => "succeeded",
+                TaskStatus::Cancelled => "was cancelled",
+                TaskStatus::Failed => "failed",
+                TaskStatus::Interrupted => "was interrupted",
+                TaskStatus::Queued
+                | TaskStatus::Starting
+                | TaskStatus::Running
+                | TaskStatus::WaitingForApproval
+                | TaskStatus::WaitingForQuestion => "ended",
+            };
+            let code = task.error_code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
+            let mut title = format!("{} task in {} {verb}{code}", task.runtime, task.workdir);
+            if let Some(branch) = ended.branch.as_ref().filter(|_| branch_waits(ended)) {
+                title.push_str(&format!("; branch {} waits to be merged or discarded", branch.name));
+            }
+            title
+        }
+        Fact::RequestOpened(opened) => {
+            let asks = match opened.kind {
+                InteractionKind::Approval => "needs an approval",
+                InteractionKind::Question => "asks a question",
+            };
+            format!("{} task in {} {asks}", opened.task.runtime, opened.task.workdir)
+        }
+        Fact::PlanAwaitsApproval(plan) => {
+            format!("A plan of {} steps for {} in {} waits for approval", plan.steps, plan.runtime, plan.workdir)
+        }
+        Fact::GuardKept(kept) => {
+            format!("Workdir {} stays closed: its last writer's stop is not proven", kept.workdir)
+        }
+    }
+}
+
+/// Whether an ended task's branch holds work that waits to be merged or discarded.
+pub fn branch_waits(ended: &TaskEnded) -> bool {
+    ended.branch.as_ref().is_some_and(|b| b.state == WorktreeState::Open)
+}
 
 /// The version of the webhook body's shape.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -50,7 +103,8 @@ fn links(facts: &Value, row: &OutboxRow, base: &str) -> Value {
     links
 }
 
-fn title(facts: &Value) -> &str {
+/// The title a message was written with.
+fn stored_title(facts: &Value) -> &str {
     facts.get("title").and_then(Value::as_str).unwrap_or("agent-bridge")
 }
 
@@ -63,7 +117,7 @@ fn webhook(row: &OutboxRow, target: &NotifyTarget, facts: &Value, links: Value, 
     }
     let body = json!({
         "schema_version": SCHEMA_VERSION,
-        "type": row.event_type,
+        "type": row.kind.as_str(),
         "timestamp": crate::clock::rfc3339(row.created_at),
         "data": data,
     })
@@ -155,20 +209,20 @@ fn is_request(facts: &Value) -> bool {
 fn ntfy(row: &OutboxRow, target: &NotifyTarget, facts: &Value, links: &Value) -> Result<Request, String> {
     let url = Url::parse(&target.url).map_err(|e| e.to_string())?;
     let (root, topic) = ntfy_topic(&url).ok_or("the ntfy URL names no topic")?;
-    let tag = match row.event_type.as_str() {
-        "approval.requested" | "question.requested" => "raising_hand",
-        "task.finished" => "white_check_mark",
-        "task.failed" => "x",
-        "workdir.recovery_required" => "warning",
-        _ => "robot",
+    let tag = match row.kind {
+        MessageKind::Event(NotifyEvent::ApprovalRequested | NotifyEvent::QuestionRequested) => "raising_hand",
+        MessageKind::Event(NotifyEvent::TaskFinished) => "white_check_mark",
+        MessageKind::Event(NotifyEvent::TaskFailed) => "x",
+        MessageKind::Event(NotifyEvent::WorkdirRecoveryRequired) => "warning",
+        MessageKind::Event(NotifyEvent::PlanPendingApproval) | MessageKind::Test => "robot",
     };
     let link = links.get("action").or_else(|| links.get("board")).and_then(Value::as_str);
     // ntfy needs a message; a notification with nothing more to say repeats its title.
     let lines = message_lines(facts);
-    let message = if lines.is_empty() { clip(title(facts), 3500) } else { clip(&lines.join("\n"), 3500) };
+    let message = if lines.is_empty() { clip(stored_title(facts), 3500) } else { clip(&lines.join("\n"), 3500) };
     let mut body = json!({
         "topic": topic,
-        "title": clip(title(facts), 250),
+        "title": clip(stored_title(facts), 250),
         "message": message,
         "priority": if is_request(facts) { 4 } else { 3 },
         "tags": [tag],
@@ -191,7 +245,7 @@ fn slack_escape(text: &str) -> String {
 }
 
 fn slack(target: &NotifyTarget, facts: &Value, links: &Value) -> Request {
-    let title = clip(title(facts), 150);
+    let title = clip(stored_title(facts), 150);
     let lines = message_lines(facts);
     let mut blocks = vec![json!({ "type": "header", "text": { "type": "plain_text", "text": title, "emoji": true } })];
     // Slack refuses a section with empty text (`invalid_blocks`): one with nothing more to say
@@ -213,131 +267,5 @@ fn slack(target: &NotifyTarget, facts: &Value, links: &Value) -> Request {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::notify::{Details, NotifyEvent};
-
-    fn row(event: &str, facts: Value, action: Option<&str>) -> OutboxRow {
-        OutboxRow {
-            outbox_id: 1,
-            message_id: "msg_0123".into(),
-            target: 1,
-            event_type: event.into(),
-            task_id: Some("agt_1".into()),
-            plan_id: None,
-            facts_json: facts.to_string(),
-            action_url: action.map(str::to_owned),
-            state: "pending".into(),
-            attempts: 0,
-            created_at: 1_780_000_000_000,
-            next_attempt_at: 0,
-            give_up_at: 0,
-            last_status: None,
-            last_error: None,
-            last_latency_ms: None,
-            delivered_at: None,
-        }
-    }
-
-    fn target(kind: NotifyKind, url: &str, secret: Option<&str>) -> NotifyTarget {
-        NotifyTarget {
-            slot: 1,
-            url: url.into(),
-            kind,
-            events: NotifyEvent::ALL.to_vec(),
-            secret: secret.map(str::to_owned),
-            details: Details::Summary,
-        }
-    }
-
-    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
-    #[test]
-    fn the_signature_matches_the_standard_webhooks_example() {
-        // The specification's own example (standard-webhooks/standard-webhooks, spec).
-        let body = r#"{"test": 2432232314}"#;
-        let signature = sign(SECRET, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body).expect("sign");
-        assert_eq!(signature, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
-    }
-
-    #[test]
-    fn a_webhook_body_is_stable_and_carries_absolute_links() {
-        let facts = json!({ "event": "approval.requested", "title": "t", "task_id": "agt_1", "plan_id": null,
-            "links": { "board": "/tasks/agt_1" } });
-        let r = row("approval.requested", facts, Some("/a/abl_x"));
-        let t = target(NotifyKind::Webhook, "https://example.test/hook", Some(SECRET));
-        let a = render(&r, &t, "https://board.example", 10).expect("render");
-        let b = render(&r, &t, "https://board.example", 20).expect("render");
-        assert_eq!(a.body, b.body, "the body does not change between attempts");
-        assert_ne!(a.headers[2], b.headers[2], "the signature covers the timestamp");
-        let body: Value = serde_json::from_str(&a.body).expect("json");
-        assert_eq!(body["type"], "approval.requested");
-        assert_eq!(body["schema_version"], 1);
-        assert_eq!(body["data"]["links"]["action"], "https://board.example/a/abl_x");
-        assert_eq!(body["data"]["links"]["board"], "https://board.example/tasks/agt_1");
-        assert!(body["data"].get("plan_id").is_none(), "nulls are left out");
-        assert!(body["data"].get("event").is_none());
-    }
-
-    #[test]
-    fn ntfy_posts_to_the_server_root_with_priority_and_a_view_action() {
-        let facts = json!({ "title": "needs you", "request_id": "req_1", "links": { "board": "/tasks/agt_1" } });
-        let r = row("approval.requested", facts, Some("/a/abl_x"));
-        let t = target(NotifyKind::Ntfy, "https://ntfy.example/alerts", Some("tk_abc"));
-        let req = render(&r, &t, "https://b", 0).expect("render");
-        assert_eq!(req.url, "https://ntfy.example/");
-        assert_eq!(req.headers, vec![("authorization", "Bearer tk_abc".to_owned())]);
-        let body: Value = serde_json::from_str(&req.body).expect("json");
-        assert_eq!(body["topic"], "alerts");
-        assert_eq!(body["priority"], 4);
-        assert_eq!(body["actions"][0]["action"], "view");
-        assert_eq!(body["actions"][0]["url"], "https://b/a/abl_x");
-    }
-
-    #[test]
-    fn slack_text_is_escaped_and_bounded() {
-        let facts = json!({ "title": "x".repeat(400), "workdir": "<a&b>", "links": { "board": "/tasks/agt_1" } });
-        let r = row("task.finished", facts, None);
-        let req = render(&r, &target(NotifyKind::Slack, "https://hooks.example/T/B/C", None), "https://b", 0)
-            .expect("render");
-        let body: Value = serde_json::from_str(&req.body).expect("json");
-        assert_eq!(body["blocks"][0]["text"]["text"].as_str().map(|t| t.chars().count()), Some(150));
-        assert!(body["blocks"][1]["text"]["text"].as_str().expect("text").contains("&lt;a&amp;b&gt;"));
-        assert_eq!(body["blocks"][2]["elements"][0]["url"], "https://b/tasks/agt_1");
-    }
-
-    #[test]
-    fn a_slack_message_with_only_a_title_has_no_empty_section() {
-        // What `notify test` writes: a title and the board link, nothing else.
-        let facts = json!({ "event": "notify.test", "title": "Test notification from agent-bridge",
-                            "links": { "board": "/notifications" } });
-        let req = render(
-            &row("notify.test", facts, None),
-            &target(NotifyKind::Slack, "https://hooks.example/T/B/C", None),
-            "https://b",
-            0,
-        )
-        .expect("render");
-        let body: Value = serde_json::from_str(&req.body).expect("json");
-        let blocks = body["blocks"].as_array().expect("blocks");
-        assert_eq!(blocks.iter().map(|b| b["type"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["header", "actions"]);
-        assert!(blocks.iter().all(|b| b["text"]["text"].as_str().is_none_or(|t| !t.is_empty())), "{body}");
-    }
-
-    #[test]
-    fn full_details_show_an_approvals_whole_command_beyond_its_clipped_title() {
-        let command = format!("cargo test -- {}", "x".repeat(300));
-        let facts = json!({ "title": "repo needs an approval", "request_id": "req_1", "task_id": "agt_1",
-            "details": { "title": format!("Run `{}…`", &command[..190]), "command_display": command } });
-        for kind in [NotifyKind::Slack, NotifyKind::Ntfy] {
-            let req = render(
-                &row("approval.requested", facts.clone(), None),
-                &target(kind, "https://n.example/alerts", None),
-                "https://b",
-                0,
-            )
-            .expect("render");
-            assert!(req.body.contains(&"x".repeat(300)), "{kind:?}: {}", req.body);
-        }
-    }
-}
+#[path = "format_tests.rs"]
+mod tests;

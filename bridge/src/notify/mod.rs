@@ -1,8 +1,11 @@
-//! Outbound notifications (DESIGN §10b): the one delivery worker that sends the outbox's rows
-//! to their targets, and the views the board, `doctor` and `notify test` read.
+//! Outbound notifications: the one delivery worker, which routes the facts the store recorded
+//! into messages and sends them to their targets, and the views the board, `doctor` and
+//! `notify test` read.
 //!
-//! The rows are written by the store in the transaction of the state change they report (see
-//! [`crate::store::outbox`]); this module only reads them, sends them and records each attempt.
+//! The store records one neutral fact per change, in the change's transaction (see
+//! [`crate::store::facts`]); everything about notifications is decided here: who gets what
+//! (`route.rs`), what it says (`format.rs`), where it links (`links.rs`). The worker routes the
+//! pending facts before each dispatch, then sends the due messages and records each attempt.
 //! At most [`IN_FLIGHT`] requests are in flight, [`PER_TARGET`] per target (so a target that
 //! hangs delays only its own rows), each bounded by [`CONNECT_TIMEOUT`] and
 //! [`ATTEMPT_TIMEOUT`]; a failed attempt is retried after a doubling delay with jitter until 24 h
@@ -10,7 +13,7 @@
 //! waits on a task or fails one: a send runs in its own tracked task, and its only effect is an
 //! attempt row.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -21,12 +24,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::config::BridgeConfig;
-use crate::config::notify::{NotifyConfig, NotifyTarget, redacted_url};
+use crate::config::notify::{NotifyTarget, redacted_url};
 use crate::error::ToolError;
-use crate::store::outbox::{Attempt, OutboxRow, Route, Routes};
+use crate::store::outbox::{Attempt, DeliveryState, OutboxRow};
 use crate::store::{Store, StoreError};
 
 pub mod format;
+pub mod links;
+pub mod route;
 
 /// Requests in flight at once.
 pub const IN_FLIGHT: usize = 8;
@@ -43,21 +48,6 @@ const KEEP_MS: i64 = 7 * 24 * 3600 * 1000;
 /// A target failing this long makes `doctor` warn.
 pub const FAILING_WARN_MS: i64 = 3600 * 1000;
 
-/// The routes the store writes outbox rows by.
-pub fn routes(config: &NotifyConfig) -> Routes {
-    Routes {
-        targets: config
-            .targets
-            .iter()
-            .map(|t| Route {
-                slot: t.slot,
-                events: t.events.clone(),
-                full: t.details == crate::config::notify::Details::Full,
-            })
-            .collect(),
-    }
-}
-
 /// The delivery worker and the notification views; cheap to clone.
 #[derive(Clone)]
 pub struct Notifier {
@@ -73,6 +63,8 @@ struct Inner {
     board_addr: Arc<OnceLock<SocketAddr>>,
     /// Rows being sent now, with their target.
     busy: Mutex<HashMap<i64, u8>>,
+    /// Facts that could not be read: kept in the store, skipped by routing.
+    unreadable: Mutex<BTreeSet<i64>>,
     /// Pulsed after every recorded attempt.
     attempts: tokio::sync::watch::Sender<u64>,
     tracker: TaskTracker,
@@ -108,6 +100,7 @@ impl Notifier {
                 http,
                 board_addr,
                 busy: Mutex::new(HashMap::new()),
+                unreadable: Mutex::new(BTreeSet::new()),
                 attempts,
                 tracker: TaskTracker::new(),
             }),
@@ -128,12 +121,9 @@ impl Notifier {
     }
 
     /// Runs the delivery worker until `shutdown`; sends in flight are awaited (each is bounded).
+    /// Without targets it still runs: it routes each fact to nobody, which deletes it.
     pub async fn run(self, shutdown: CancellationToken) {
-        if self.inner.config.notify.targets.is_empty() {
-            // Rows of targets removed from the config are given up, once, so nothing waits forever.
-            self.give_up_removed().await;
-            return;
-        }
+        // Rows of targets removed from the config are given up, once, so nothing waits forever.
         self.give_up_removed().await;
         let mut next_cleanup = 0i64;
         loop {
@@ -147,6 +137,7 @@ impl Notifier {
             }
             let signal = self.inner.store.outbox_signal().notified();
             let mut done = self.inner.attempts.subscribe();
+            self.route().await;
             self.dispatch(now, &shutdown).await;
             let store = Arc::clone(&self.inner.store);
             let next = match store.call(|s| s.next_notification_due()).await {
@@ -194,6 +185,22 @@ impl Notifier {
             Ok(0) => {}
             Ok(n) => tracing::warn!(rows = n, "notifications of removed targets given up"),
             Err(e) => tracing::warn!(cause = %e, "cannot give up the rows of removed targets"),
+        }
+    }
+
+    /// Routes the pending facts to the configured targets (see [`route`]).
+    async fn route(&self) {
+        let inner = Arc::clone(&self.inner);
+        let routed = self
+            .inner
+            .store
+            .call(move |s| {
+                let mut unreadable = inner.unreadable.lock().unwrap_or_else(|p| p.into_inner());
+                route::route_pending(s, &inner.config.notify.targets, &mut unreadable)
+            })
+            .await;
+        if let Err(e) = routed {
+            tracing::warn!(cause = %e, "cannot route the recorded notification facts");
         }
     }
 
@@ -344,17 +351,19 @@ impl Notifier {
         let mut pulse = self.inner.attempts.subscribe();
         let now = self.inner.clock.now_ms();
         let store = Arc::clone(&self.inner.store);
-        let id = store.call(move |s| s.enqueue_test_notification(slot, now)).await.map_err(store_error)?;
+        let message = route::test_message(slot, now);
+        let id = message.message_id.clone();
+        store.call(move |s| s.insert_message(&message)).await.map_err(store_error)?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         loop {
             let (store, mid) = (Arc::clone(&self.inner.store), id.clone());
             let row = store.call(move |s| s.get_notification(&mid)).await.map_err(store_error)?;
-            if let Some(row) = row.filter(|r| r.attempts > 0 || r.state != "pending") {
+            if let Some(row) = row.filter(|r| r.attempts > 0 || r.state != DeliveryState::Pending) {
                 return Ok(json!({
                     "target": slot,
                     "kind": kind,
                     "message_id": row.message_id,
-                    "delivered": row.state == "delivered",
+                    "delivered": row.state == DeliveryState::Delivered,
                     "http_status": row.last_status,
                     "error": row.last_error,
                     "latency_ms": row.last_latency_ms,
@@ -407,17 +416,17 @@ impl Notifier {
                 json!({
                     "message_id": r.message_id,
                     "target": r.target,
-                    "event": r.event_type,
+                    "event": r.kind.as_str(),
                     "task_id": r.task_id,
                     "plan_id": r.plan_id,
-                    "state": r.state,
+                    "state": r.state.as_str(),
                     "attempts": r.attempts,
                     "last_status": r.last_status,
                     "last_error": r.last_error,
                     "latency_ms": r.last_latency_ms,
                     "created_at": crate::clock::rfc3339(r.created_at),
                     "delivered_at": r.delivered_at.map(crate::clock::rfc3339),
-                    "next_attempt_at": (r.state == "pending").then(|| crate::clock::rfc3339(r.next_attempt_at)),
+                    "next_attempt_at": (r.state == DeliveryState::Pending).then(|| crate::clock::rfc3339(r.next_attempt_at)),
                 })
             })
             .collect();

@@ -1,6 +1,7 @@
 //! Tests of the delivery worker against a real HTTP receiver on 127.0.0.1 and a real SQLite
-//! store: the same message id on every retry, a signature that verifies, rows resent by a new
-//! worker after a stop, and a test notification's single attempt.
+//! store: facts routed and sent, the same message id on every retry, a signature that verifies,
+//! rows resent by a new worker after a stop, facts recorded while no worker ran routed by the
+//! next, and a test notification's single attempt.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -10,12 +11,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use tokio_util::sync::CancellationToken;
 
-use super::{Notifier, backoff_ms, format, routes};
+use super::{Notifier, backoff_ms, format};
 use crate::clock::Clock;
 use crate::config::BridgeConfig;
 use crate::model::TaskStatus;
 use crate::store::Store;
 use crate::store::events::NewEvent;
+use crate::store::outbox::DeliveryState;
 use crate::store::tasks::TransitionFields;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -80,7 +82,6 @@ fn finish_task(store: &Store, id: &str) {
 
 fn start(config: BridgeConfig) -> (Arc<Store>, Notifier, CancellationToken, tokio::task::JoinHandle<()>) {
     let store = Arc::new(Store::open(&config.state_dir).expect("store"));
-    store.set_routes(routes(&config.notify));
     let notifier = Notifier::new(Arc::clone(&store), Arc::new(config), Clock::System, Arc::new(OnceLock::new()))
         .expect("notifier");
     let stop = CancellationToken::new();
@@ -116,7 +117,7 @@ async fn a_failing_receiver_gets_the_same_signed_message_until_it_accepts_it() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let row = store.get_notification(&requests[0].1).expect("read").expect("row");
-        if row.state == "delivered" {
+        if row.state == DeliveryState::Delivered {
             assert_eq!(row.attempts, 4);
             break;
         }
@@ -142,7 +143,7 @@ async fn rows_left_pending_by_a_stopped_worker_are_sent_by_the_next() {
         .recent_notifications(10)
         .expect("rows")
         .into_iter()
-        .filter(|r| r.state == "pending")
+        .filter(|r| r.state == DeliveryState::Pending)
         .map(|r| r.message_id)
         .collect();
     assert_eq!(pending.len(), 2, "both wait for a retry");
@@ -229,8 +230,12 @@ async fn a_target_that_hangs_delays_only_its_own_rows() {
     stop.cancel();
     worker.await.expect("worker");
     assert!(stopping.elapsed() < Duration::from_secs(5), "a hanging send does not hold the shutdown");
-    let pending =
-        store.recent_notifications(50).expect("rows").iter().filter(|r| r.target == 1 && r.state == "pending").count();
+    let pending = store
+        .recent_notifications(50)
+        .expect("rows")
+        .iter()
+        .filter(|r| r.target == 1 && r.state == DeliveryState::Pending)
+        .count();
     assert_eq!(pending, 12, "the hanging target's rows wait, none lost");
     held.abort();
 }
@@ -250,7 +255,6 @@ async fn a_backlog_of_a_hanging_target_ahead_in_due_order_does_not_hide_another_
     // The backlog a restart finds: twenty rows of the hanging target, all due before the one
     // row of the healthy target (more than one fetch's worth of rows).
     let store = Store::open(&config.state_dir).expect("store");
-    store.set_routes(routes(&config.notify));
     for i in 0..20 {
         finish_task(&store, &format!("agt_{i}"));
     }
@@ -268,7 +272,7 @@ async fn a_backlog_of_a_hanging_target_ahead_in_due_order_does_not_hide_another_
     let rows = store.recent_notifications(50).expect("rows");
     let hanging: Vec<_> = rows.iter().filter(|r| r.target == 1).collect();
     assert_eq!(hanging.len(), 20);
-    assert!(hanging.iter().all(|r| r.attempts == 0 && r.state == "pending"), "{hanging:?}");
+    assert!(hanging.iter().all(|r| r.attempts == 0 && r.state == DeliveryState::Pending), "{hanging:?}");
     let body = got.lock().unwrap()[0].4.clone();
     assert!(body.contains("\"task.failed\"") && body.contains("agt_failed"), "{body}");
     stop.cancel();

@@ -21,6 +21,7 @@ use super::auth::AuthFailure;
 use crate::config::Role;
 use crate::error::{ToolError, code};
 use crate::model::Principal;
+use crate::notify::links::token_digest;
 use crate::store::outbox::ActionLinkRow;
 use bridge_proto::methods::{CallParams, ClientInfo, Surface};
 
@@ -117,7 +118,7 @@ impl Registry {
         let now = services.clock.now_ms();
         let found = if well_formed(token) {
             let (store, token) = (Arc::clone(&services.store), token.to_owned());
-            match store.call(move |s| s.find_action_link(&token)).await {
+            match store.call(move |s| s.find_action_link(&token_digest(&token))).await {
                 Ok(found) => found,
                 Err(e) => return Err(ToolError::internal("the action link cannot be read", e)),
             }

@@ -5,9 +5,11 @@
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 
+use super::facts::FactKind;
+use super::outbox::{DeliveryState, MessageKind};
 use crate::config::Role;
 use crate::model::{
-    AuditOutcome, InteractionKind, InteractionStatus, PlanStatus, ResultStorage, StepStatus, TaskStatus,
+    AuditOutcome, InteractionKind, InteractionStatus, PlanStatus, ResultStorage, StepStatus, TaskStatus, WorktreeState,
 };
 
 /// Implements `ToSql`/`FromSql` for a type with `as_str` and a `parse` returning `Option`.
@@ -36,6 +38,10 @@ text_column! {
     InteractionStatus => InteractionStatus::WHAT,
     ResultStorage => ResultStorage::WHAT,
     AuditOutcome => AuditOutcome::WHAT,
+    WorktreeState => WorktreeState::WHAT,
+    DeliveryState => DeliveryState::WHAT,
+    MessageKind => MessageKind::WHAT,
+    FactKind => FactKind::WHAT,
     Role => "role",
 }
 

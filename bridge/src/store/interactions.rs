@@ -100,8 +100,15 @@ impl Store {
             );
             insert_event(tx, task_id, &event, now)?;
             let row = get_task_in(tx, task_id)?.ok_or(StoreError::TaskNotFound)?;
-            let request = (new.request_id.as_str(), new.kind.as_str(), new.expires_at);
-            super::outbox::on_interaction(self, tx, &row, request, &new.payload_json, now)?;
+            let fact = super::facts::request_opened_in(
+                tx,
+                task_id,
+                &new.request_id,
+                new.kind,
+                new.expires_at,
+                &new.payload_json,
+            )?;
+            super::facts::record_in(self, tx, &fact, now)?;
             Ok(row)
         })
     }

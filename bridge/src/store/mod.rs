@@ -28,6 +28,7 @@ pub mod audit;
 pub mod board;
 mod columns;
 pub mod events;
+pub mod facts;
 pub mod guards;
 pub mod interactions;
 pub mod keys;
@@ -135,9 +136,8 @@ pub struct Store {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
-    /// Which notification targets want which events (see [`outbox`]).
-    routes: std::sync::RwLock<Arc<outbox::Routes>>,
-    /// Set by a write that added outbox rows; the delivery worker is woken after its commit.
+    /// Set by a write that recorded a notification fact or message; the delivery worker is
+    /// woken after its commit.
     outbox_dirty: std::sync::atomic::AtomicBool,
     outbox_wake: tokio::sync::Notify,
     /// The threads async calls run on.
@@ -176,14 +176,13 @@ impl Store {
             path,
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
-            routes: Default::default(),
             outbox_dirty: Default::default(),
             outbox_wake: tokio::sync::Notify::new(),
             workers: Default::default(),
         }
     }
 
-    /// Notes that the current write added outbox rows.
+    /// Notes that the current write recorded a fact or a message for the delivery worker.
     fn outbox_written(&self) {
         self.outbox_dirty.store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -340,6 +339,8 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 
 #[cfg(test)]
 mod accounting_tests;
+#[cfg(test)]
+mod facts_tests;
 #[cfg(test)]
 mod outbox_tests;
 #[cfg(test)]

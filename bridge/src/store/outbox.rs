@@ -1,41 +1,115 @@
-//! The notification outbox: rows written in the transaction of the state change they report
-//! (so a committed change always has its notifications, and a rolled-back one never does),
-//! read back by the one delivery worker, and the single-use action links they carry.
+//! The notification outbox: the messages the notifier routed from the recorded facts (one per
+//! target), their delivery attempts, and the single-use action links they carry.
 //!
-//! The store knows which targets want which event ([`Routes`], set once at start) and records
-//! neutral facts (ids, alias, runtime, status, a title without prompt text, and with
-//! `DETAILS=full` the request's payload); `crate::notify` renders them per format.
+//! A message is written by [`Store::route_facts`] in the transaction that deletes its fact (or,
+//! for `notify test`, by [`Store::insert_message`]); the store keeps what the notifier decided
+//! — target, kind, the facts JSON the formats render, the link — and only tracks its delivery.
+//! A link's token is stored only as the SHA-256 the notifier computed, and the link itself
+//! stays on its message only until the message is delivered or given up.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
-use super::tasks::{TaskRow, get_task_in};
 use super::{Store, StoreError};
 use crate::config::notify::NotifyEvent;
-use crate::model::TaskStatus;
 
-/// How long a notification is retried.
-pub const RETRY_FOR_MS: i64 = 24 * 3600 * 1000;
-/// The largest `details` object kept with a notification.
-const MAX_DETAILS_BYTES: usize = 8 * 1024;
-
-/// Which targets want which events, and where links point.
-#[derive(Debug, Clone, Default)]
-pub struct Routes {
-    /// The targets in use.
-    pub targets: Vec<Route>,
+/// Where a message is in its delivery: the `state` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryState {
+    /// Still being tried.
+    Pending,
+    /// A target answered 2xx.
+    Delivered,
+    /// Not tried again (out of time, a test's one attempt, or the target was removed).
+    GivenUp,
 }
 
-/// One target, as the store sees it.
-#[derive(Debug, Clone)]
-pub struct Route {
-    /// Slot number.
-    pub slot: u8,
-    /// The events it gets.
-    pub events: Vec<NotifyEvent>,
-    /// `DETAILS=full`.
-    pub full: bool,
+crate::model::wire_names!(DeliveryState, "notification state" {
+    Pending => "pending",
+    Delivered => "delivered",
+    GivenUp => "given_up",
+});
+
+/// What a message announces: the `event_type` column (the webhook's `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageKind {
+    /// One of the events targets subscribe to.
+    Event(NotifyEvent),
+    /// `notify test`.
+    Test,
+}
+
+impl MessageKind {
+    /// What the values are, for error messages.
+    pub const WHAT: &'static str = "notification kind";
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageKind::Event(event) => event.as_str(),
+            MessageKind::Test => "notify.test",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(text: &str) -> Option<MessageKind> {
+        match text {
+            "notify.test" => Some(MessageKind::Test),
+            _ => NotifyEvent::parse(text).map(MessageKind::Event),
+        }
+    }
+}
+
+impl std::fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One message to one target, as the notifier decided it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// `msg_…`: the `webhook-id`, the same on every attempt.
+    pub message_id: String,
+    /// Target slot.
+    pub target: u8,
+    /// What it announces.
+    pub kind: MessageKind,
+    /// A second message with this key is not written.
+    pub dedupe_key: String,
+    /// Pending messages of one target and order key go out in order.
+    pub order_key: String,
+    /// The task, if any.
+    pub task_id: Option<String>,
+    /// The plan, if any.
+    pub plan_id: Option<String>,
+    /// The request, if any.
+    pub request_id: Option<String>,
+    /// What the formats render (JSON).
+    pub facts_json: String,
+    /// Its single-use action link, if it carries one.
+    pub link: Option<NewActionLink>,
+    /// Unix ms: the change it reports (due at once).
+    pub created_at: i64,
+    /// Unix ms after which it is not retried.
+    pub give_up_at: i64,
+}
+
+/// A single-use action link, as the notifier minted it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewActionLink {
+    /// `lnk_…` (named in the audit log).
+    pub link_id: String,
+    /// The SHA-256 (hex) of its token: all the store keeps of it.
+    pub token_sha256: String,
+    /// The task.
+    pub task_id: String,
+    /// The one request it may answer.
+    pub request_id: String,
+    /// Unix ms: the request's expiry.
+    pub expires_at: i64,
+    /// The board path with the token (`/a/abl_…`), kept on the message until it is delivered
+    /// or given up.
+    pub path: String,
 }
 
 /// A stored notification.
@@ -47,8 +121,8 @@ pub struct OutboxRow {
     pub message_id: String,
     /// Target slot.
     pub target: u8,
-    /// The event's wire name (`notify.test` for a test).
-    pub event_type: String,
+    /// What it announces (`event_type`).
+    pub kind: MessageKind,
     /// The task, if any.
     pub task_id: Option<String>,
     /// The plan, if any.
@@ -57,8 +131,8 @@ pub struct OutboxRow {
     pub facts_json: String,
     /// The single-use action link's board path, until delivered.
     pub action_url: Option<String>,
-    /// `pending`, `delivered` or `given_up`.
-    pub state: String,
+    /// Where it is in its delivery.
+    pub state: DeliveryState,
     /// Attempts so far.
     pub attempts: i64,
     /// Unix ms.
@@ -85,7 +159,7 @@ fn row_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<OutboxRow> {
         outbox_id: r.get(0)?,
         message_id: r.get(1)?,
         target: r.get(2)?,
-        event_type: r.get(3)?,
+        kind: r.get(3)?,
         task_id: r.get(4)?,
         plan_id: r.get(5)?,
         facts_json: r.get(6)?,
@@ -162,341 +236,66 @@ pub struct ActionLinkRow {
     pub used_at: Option<i64>,
 }
 
-/// What a state change reports.
-pub(super) struct Trigger<'a> {
-    pub event: NotifyEvent,
-    /// What makes the fact unique (a request, a task, a plan).
-    pub subject: &'a str,
-    /// Rows of one order key go out in order.
-    pub order_key: &'a str,
-    pub task_id: Option<&'a str>,
-    pub plan_id: Option<&'a str>,
-    /// The request an action link would answer, with its expiry.
-    pub request: Option<(&'a str, i64)>,
-    /// Facts every target gets.
-    pub facts: Value,
-    /// Added for `DETAILS=full` targets.
-    pub details: Option<Value>,
-    /// The board page (a path) the notification links to.
-    pub page: String,
-}
-
-/// Writes one outbox row per target that wants `trigger.event`; a fact already written is
-/// skipped. Called inside the state change's transaction.
-pub(super) fn enqueue_in(store: &Store, tx: &Connection, trigger: Trigger<'_>, now: i64) -> Result<(), StoreError> {
-    let routes = store.routes();
-    let mut wrote = false;
-    for route in routes.targets.iter().filter(|r| r.events.contains(&trigger.event)) {
-        let dedupe = format!("{}:{}:{}", trigger.event.as_str(), trigger.subject, route.slot);
-        let exists: Option<i64> = tx
-            .prepare_cached("SELECT 1 FROM notify_outbox WHERE dedupe_key = ?1")?
-            .query_row([&dedupe], |r| r.get(0))
-            .optional()?;
-        if exists.is_some() {
-            continue;
-        }
-        let mut facts = trigger.facts.clone();
-        facts["event"] = json!(trigger.event.as_str());
-        // Links are stored as board paths; the sender puts the board's address in front.
-        facts["links"] = json!({ "board": trigger.page });
-        if route.full
-            && let Some(details) = &trigger.details
-        {
-            facts["details"] = bounded(details);
-        }
-        let action_url = match trigger.request {
-            Some((request_id, expires_at)) => {
-                let token = format!("abl_{}", crate::ids::hex(&crate::ids::random_bytes::<32>()));
-                let link_id = format!("lnk_{}", crate::ids::hex(&crate::ids::random_bytes::<8>()));
-                tx.prepare_cached(
-                    "INSERT INTO action_links (link_id, token_sha256, task_id, request_id, target, created_at, \
-                     expires_at, used_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
-                )?
-                .execute(params![
-                    link_id,
-                    token_digest(&token),
-                    trigger.task_id.unwrap_or_default(),
-                    request_id,
-                    route.slot,
-                    now,
-                    expires_at
-                ])?;
-                Some(format!("/a/{token}"))
-            }
-            None => None,
-        };
-        insert_row(
-            tx,
-            route.slot,
-            trigger.event.as_str(),
-            &dedupe,
-            &trigger,
-            &facts,
-            action_url,
-            now,
-            now + RETRY_FOR_MS,
-        )?;
-        wrote = true;
+/// Writes `message` (and its action link) unless its dedupe key exists; whether it was written.
+pub(super) fn insert_in(tx: &Connection, message: &NewMessage) -> Result<bool, StoreError> {
+    let exists: Option<i64> = tx
+        .prepare_cached("SELECT 1 FROM notify_outbox WHERE dedupe_key = ?1")?
+        .query_row([&message.dedupe_key], |r| r.get(0))
+        .optional()?;
+    if exists.is_some() {
+        return Ok(false);
     }
-    if wrote {
-        store.outbox_written();
+    if let Some(link) = &message.link {
+        tx.prepare_cached(
+            "INSERT INTO action_links (link_id, token_sha256, task_id, request_id, target, created_at, \
+             expires_at, used_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
+        )?
+        .execute(params![
+            link.link_id,
+            link.token_sha256,
+            link.task_id,
+            link.request_id,
+            message.target,
+            message.created_at,
+            link.expires_at
+        ])?;
     }
-    Ok(())
-}
-
-#[expect(clippy::too_many_arguments, reason = "one row's columns")]
-fn insert_row(
-    tx: &Connection,
-    target: u8,
-    event_type: &str,
-    dedupe: &str,
-    trigger: &Trigger<'_>,
-    facts: &Value,
-    action_url: Option<String>,
-    now: i64,
-    give_up_at: i64,
-) -> Result<(), StoreError> {
-    let message_id = format!("msg_{}", crate::ids::hex(&crate::ids::random_bytes::<16>()));
     tx.prepare_cached(
         "INSERT INTO notify_outbox (message_id, dedupe_key, target, event_type, order_key, task_id, plan_id, \
          request_id, facts_json, action_url, state, created_at, next_attempt_at, give_up_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?11, ?12)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13)",
     )?
     .execute(params![
-        message_id,
-        dedupe,
-        target,
-        event_type,
-        trigger.order_key,
-        trigger.task_id,
-        trigger.plan_id,
-        trigger.request.map(|(id, _)| id),
-        facts.to_string(),
-        action_url,
-        now,
-        give_up_at,
+        message.message_id,
+        message.dedupe_key,
+        message.target,
+        message.kind,
+        message.order_key,
+        message.task_id,
+        message.plan_id,
+        message.request_id,
+        message.facts_json,
+        message.link.as_ref().map(|l| &l.path),
+        DeliveryState::Pending,
+        message.created_at,
+        message.give_up_at,
     ])?;
-    Ok(())
-}
-
-/// A details object no larger than [`MAX_DETAILS_BYTES`]: past it, a marker replaces it.
-fn bounded(details: &Value) -> Value {
-    let size = details.to_string().len();
-    if size <= MAX_DETAILS_BYTES { details.clone() } else { json!({ "truncated": true, "size_bytes": size }) }
-}
-
-/// The SHA-256 (hex) an action link's token is stored as.
-pub fn token_digest(token: &str) -> String {
-    crate::ids::hex(&Sha256::digest(token.as_bytes()))
-}
-
-/// The facts of a task every notification about it carries (no prompt, no host path).
-pub(super) fn task_facts(tx: &Connection, task: &TaskRow) -> Result<Value, StoreError> {
-    let plan: Option<(String, i64)> = tx
-        .prepare_cached("SELECT plan_id, position FROM plan_steps WHERE task_id = ?1")?
-        .query_row([&task.task_id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    Ok(json!({
-        "task_id": task.task_id,
-        "plan_id": plan.as_ref().map(|p| &p.0),
-        "plan_step": plan.as_ref().map(|p| p.1),
-        "workdir": task.workdir_alias,
-        "runtime": task.runtime,
-        "profile": task.profile,
-        "status": task.status.as_str(),
-        "error_code": task.error_code,
-    }))
-}
-
-/// The outbox row a terminal transition writes (`task.finished` or `task.failed`).
-pub(super) fn on_terminal(store: &Store, tx: &Connection, task: &TaskRow, now: i64) -> Result<(), StoreError> {
-    let (event, verb) = match task.status {
-        TaskStatus::Succeeded => (NotifyEvent::TaskFinished, "succeeded"),
-        TaskStatus::Cancelled => (NotifyEvent::TaskFinished, "was cancelled"),
-        TaskStatus::Failed => (NotifyEvent::TaskFailed, "failed"),
-        TaskStatus::Interrupted => (NotifyEvent::TaskFailed, "was interrupted"),
-        _ => return Ok(()),
-    };
-    if store.routes().targets.is_empty() {
-        return Ok(());
-    }
-    let mut facts = task_facts(tx, task)?;
-    let code = task.error_code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
-    let mut title = format!("{} task in {} {verb}{code}", task.runtime, task.workdir_alias);
-    let mut page = format!("/tasks/{}", task.task_id);
-    // A worktree task's work waits on its branch: the link goes to the branch's card on the
-    // task page (its diff and the merge and discard forms).
-    if let Some(w) = super::worktrees::get_in(tx, &task.task_id)? {
-        facts["branch"] = json!({ "name": w.branch, "state": w.state.as_str() });
-        if w.state == crate::model::WorktreeState::Open {
-            title.push_str(&format!("; branch {} waits to be merged or discarded", w.branch));
-            page.push_str("#branch");
-        }
-    }
-    facts["title"] = json!(title);
-    let plan_id = facts["plan_id"].as_str().map(str::to_owned);
-    let trigger = Trigger {
-        event,
-        subject: &task.task_id,
-        order_key: &task.task_id,
-        task_id: Some(&task.task_id),
-        plan_id: plan_id.as_deref(),
-        request: None,
-        facts,
-        details: None,
-        page,
-    };
-    enqueue_in(store, tx, trigger, now)
-}
-
-/// The outbox row an opened interaction writes, with an action link per target.
-pub(super) fn on_interaction(
-    store: &Store,
-    tx: &Connection,
-    task: &TaskRow,
-    request: (&str, &str, i64),
-    payload: &str,
-    now: i64,
-) -> Result<(), StoreError> {
-    if store.routes().targets.is_empty() {
-        return Ok(());
-    }
-    let (request_id, kind, expires_at) = request;
-    let (event, title) = match kind {
-        "approval" => (NotifyEvent::ApprovalRequested, "needs an approval"),
-        _ => (NotifyEvent::QuestionRequested, "asks a question"),
-    };
-    let mut facts = task_facts(tx, task)?;
-    facts["title"] = json!(format!("{} task in {} {title}", task.runtime, task.workdir_alias));
-    facts["request_id"] = json!(request_id);
-    facts["request_kind"] = json!(kind);
-    facts["expires_at"] = json!(crate::clock::rfc3339(expires_at));
-    let plan_id = facts["plan_id"].as_str().map(str::to_owned);
-    let details = serde_json::from_str::<Value>(payload).ok();
-    let trigger = Trigger {
-        event,
-        subject: request_id,
-        order_key: &task.task_id,
-        task_id: Some(&task.task_id),
-        plan_id: plan_id.as_deref(),
-        request: Some((request_id, expires_at)),
-        facts,
-        details,
-        page: format!("/tasks/{}", task.task_id),
-    };
-    enqueue_in(store, tx, trigger, now)
-}
-
-/// The outbox row of a plan created for a human's approval.
-pub(super) fn on_plan_pending(
-    store: &Store,
-    tx: &Connection,
-    plan: &super::plans::PlanRow,
-    steps: usize,
-    now: i64,
-) -> Result<(), StoreError> {
-    if store.routes().targets.is_empty() {
-        return Ok(());
-    }
-    let facts = json!({
-        "plan_id": plan.plan_id,
-        "workdir": plan.workdir_alias,
-        "runtime": plan.runtime,
-        "profile": plan.profile,
-        "status": plan.status.as_str(),
-        "steps": steps,
-        "title": format!("A plan of {steps} steps for {} in {} waits for approval", plan.runtime, plan.workdir_alias),
-    });
-    let trigger = Trigger {
-        event: NotifyEvent::PlanPendingApproval,
-        subject: &plan.plan_id,
-        order_key: &plan.plan_id,
-        task_id: None,
-        plan_id: Some(&plan.plan_id),
-        request: None,
-        facts,
-        details: Some(json!({ "plan_title": plan.title, "created_by": plan.created_by })),
-        page: format!("/plans/{}", plan.plan_id),
-    };
-    enqueue_in(store, tx, trigger, now)
+    Ok(true)
 }
 
 impl Store {
-    /// Sets the routes (once, at start, before anything is written).
-    pub fn set_routes(&self, routes: Routes) {
-        *self.routes.write().unwrap_or_else(|p| p.into_inner()) = std::sync::Arc::new(routes);
-    }
-
-    fn routes(&self) -> std::sync::Arc<Routes> {
-        std::sync::Arc::clone(&self.routes.read().unwrap_or_else(|p| p.into_inner()))
-    }
-
     /// Wakes the delivery worker when a write added outbox rows (called after the commit).
     pub fn outbox_signal(&self) -> &tokio::sync::Notify {
         &self.outbox_wake
     }
 
-    /// Records that a workdir stays closed because `task_id`'s stop is unproven
-    /// (`workdir.recovery_required`), once per guard, while the guard still names the task.
-    pub fn notify_guard_kept(&self, workdir_alias: &str, task_id: &str, now: i64) -> Result<(), StoreError> {
-        if self.routes().targets.is_empty() {
-            return Ok(());
-        }
+    /// Writes one message outside any fact (`notify test`); whether it was written (not a
+    /// duplicate). Wakes the delivery worker.
+    pub fn insert_message(&self, message: &NewMessage) -> Result<bool, StoreError> {
         self.write(|tx| {
-            let guarded: Option<String> = tx
-                .prepare_cached("SELECT task_id FROM recovery_guards WHERE workdir_alias = ?1")?
-                .query_row([workdir_alias], |r| r.get(0))
-                .optional()?;
-            if guarded.as_deref() != Some(task_id) {
-                return Ok(());
-            }
-            let mut facts = match get_task_in(tx, task_id)? {
-                Some(task) => task_facts(tx, &task)?,
-                None => json!({ "task_id": task_id, "workdir": workdir_alias }),
-            };
-            facts["title"] =
-                json!(format!("Workdir {workdir_alias} stays closed: its last writer's stop is not proven"));
-            let trigger = Trigger {
-                event: NotifyEvent::WorkdirRecoveryRequired,
-                subject: task_id,
-                order_key: task_id,
-                task_id: Some(task_id),
-                plan_id: None,
-                request: None,
-                facts,
-                details: None,
-                page: "/workdirs".into(),
-            };
-            enqueue_in(self, tx, trigger, now)
-        })
-    }
-
-    /// Writes a test notification to one target: one attempt, no retry. Returns its message id.
-    pub fn enqueue_test_notification(&self, target: u8, now: i64) -> Result<String, StoreError> {
-        self.write(|tx| {
-            let subject = format!("test-{}", crate::ids::hex(&crate::ids::random_bytes::<8>()));
-            let facts = json!({
-                "event": "notify.test",
-                "target": target,
-                "title": "Test notification from agent-bridge",
-                "links": { "board": "/notifications" },
-            });
-            let trigger = Trigger {
-                event: NotifyEvent::TaskFinished,
-                subject: &subject,
-                order_key: &subject,
-                task_id: None,
-                plan_id: None,
-                request: None,
-                facts: facts.clone(),
-                details: None,
-                page: String::new(),
-            };
-            insert_row(tx, target, "notify.test", &subject, &trigger, &facts, None, now, now)?;
-            let id: String =
-                tx.query_row("SELECT message_id FROM notify_outbox WHERE dedupe_key = ?1", [&subject], |r| r.get(0))?;
+            let written = insert_in(tx, message)?;
             self.outbox_written();
-            Ok(id)
+            Ok(written)
         })
     }
 
@@ -565,9 +364,9 @@ impl Store {
                 attempt.error
             ])?;
             let (state, next) = match (&attempt.error, retry_at) {
-                (None, _) => ("delivered", attempt.at),
-                (Some(_), Some(at)) => ("pending", at),
-                (Some(_), None) => ("given_up", attempt.at),
+                (None, _) => (DeliveryState::Delivered, attempt.at),
+                (Some(_), Some(at)) => (DeliveryState::Pending, at),
+                (Some(_), None) => (DeliveryState::GivenUp, attempt.at),
             };
             tx.prepare_cached(
                 "UPDATE notify_outbox SET state = ?2, attempts = ?3, next_attempt_at = ?4, last_attempt_at = ?5, \
@@ -667,14 +466,13 @@ impl Store {
         })
     }
 
-    /// The action link a presented token names, if any (used or not).
-    pub fn find_action_link(&self, token: &str) -> Result<Option<ActionLinkRow>, StoreError> {
-        let digest = token_digest(token);
+    /// The action link whose token has this SHA-256 (hex), if any (used or not).
+    pub fn find_action_link(&self, token_sha256: &str) -> Result<Option<ActionLinkRow>, StoreError> {
         self.read(|c| {
             Ok(c.prepare_cached(
                 "SELECT link_id, task_id, request_id, expires_at, used_at FROM action_links WHERE token_sha256 = ?1",
             )?
-            .query_row([digest], |r| {
+            .query_row([token_sha256], |r| {
                 Ok(ActionLinkRow {
                     link_id: r.get(0)?,
                     task_id: r.get(1)?,

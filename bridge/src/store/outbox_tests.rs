@@ -1,132 +1,63 @@
-//! Outbox tests on real SQLite files: rows are written with the state change or not at all,
-//! routed per target, ordered per task, retried and given up by stored deadlines, and their
-//! action links bound to one request.
+//! Outbox tests on real SQLite files: messages ordered per task and target, retried and given
+//! up by stored deadlines, written once per dedupe key, their action links stored as digests and
+//! used once, their state and kind typed (an unknown stored value is an error naming it, and the
+//! other rows stay), and pending messages of a database from before the facts surviving its
+//! upgrade as they were.
 
 use rusqlite::Connection;
-use serde_json::Value;
 
-use super::interactions::NewInteraction;
-use super::outbox::{Attempt, Route, Routes, token_digest};
-use super::tasks::TransitionFields;
+use super::outbox::{Attempt, DeliveryState, MessageKind, NewActionLink, NewMessage};
 use super::{DB_FILE, Store, StoreError};
 use crate::config::notify::NotifyEvent;
-use crate::model::{InteractionKind, TaskStatus};
-use crate::store::events::NewEvent;
 
-fn open(routes: Vec<Route>) -> (tempfile::TempDir, Store) {
+fn open() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&dir.path().join("state")).expect("open");
-    store.set_routes(Routes { targets: routes });
     (dir, store)
 }
 
-fn all(slot: u8, full: bool) -> Route {
-    Route { slot, events: NotifyEvent::ALL.to_vec(), full }
-}
-
-fn task(store: &Store, id: &str) {
-    let new = super::tests::new_task(id, None);
-    store.insert_task(&new, 100, None, &NewEvent::new("task.submitted", serde_json::json!({}))).expect("insert");
-    for to in [TaskStatus::Starting, TaskStatus::Running] {
-        store.transition(id, to, TransitionFields::default(), 1_000).expect("start");
+/// A message of `task`'s `event` to `target`, written at `at`.
+fn message(target: u8, event: NotifyEvent, task: &str, at: i64) -> NewMessage {
+    NewMessage {
+        message_id: format!("msg_{target}_{}_{task}", event.as_str()),
+        target,
+        kind: MessageKind::Event(event),
+        dedupe_key: format!("{}:{task}:{target}", event.as_str()),
+        order_key: task.into(),
+        task_id: Some(task.into()),
+        plan_id: None,
+        request_id: None,
+        facts_json: format!(r#"{{"task_id":"{task}","title":"t"}}"#),
+        link: None,
+        created_at: at,
+        give_up_at: at + 86_400_000,
     }
 }
 
-fn rows(dir: &tempfile::TempDir) -> Vec<(i64, String, String, Option<String>)> {
-    let conn = Connection::open(dir.path().join("state").join(DB_FILE)).expect("open");
-    let mut stmt = conn
-        .prepare("SELECT target, event_type, facts_json, action_url FROM notify_outbox ORDER BY outbox_id")
-        .expect("prepare");
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+fn write(store: &Store, message: &NewMessage) {
+    assert!(store.insert_message(message).expect("insert"), "written");
 }
 
-fn approval(id: &str) -> NewInteraction {
-    NewInteraction {
-        request_id: id.into(),
-        kind: InteractionKind::Approval,
-        payload_json: r#"{"title":"Run rm -rf build","command":"rm -rf build"}"#.into(),
-        expires_at: 50_000,
-    }
-}
-
-#[test]
-fn a_terminal_transition_writes_its_notification_only_for_targets_that_want_it() {
-    let failed_only = Route { slot: 2, events: vec![NotifyEvent::TaskFailed], full: false };
-    let (dir, store) = open(vec![all(1, false), failed_only]);
-    task(&store, "agt_1");
-    store.transition("agt_1", TaskStatus::Succeeded, TransitionFields::default(), 2_000).expect("succeed");
-    let written = rows(&dir);
-    assert_eq!(written.len(), 1, "{written:?}");
-    assert_eq!((written[0].0, written[0].1.as_str()), (1, "task.finished"));
-    let facts: Value = serde_json::from_str(&written[0].2).expect("json");
-    assert_eq!(facts["status"], "succeeded");
-    assert_eq!(facts["links"]["board"], "/tasks/agt_1");
-    // A refused transition writes nothing: the row belongs to the committed change only.
-    let refused = store.transition("agt_1", TaskStatus::Failed, TransitionFields::default(), 3_000);
-    assert!(matches!(refused, Err(StoreError::InvalidTransition { .. })));
-    assert_eq!(rows(&dir).len(), 1);
-    task(&store, "agt_2");
-    let fields = TransitionFields { error_code: Some("AGENT_PROVIDER_FAILED".into()), ..Default::default() };
-    store.transition("agt_2", TaskStatus::Failed, fields, 3_000).expect("fail");
-    let events: Vec<(i64, String)> = rows(&dir).into_iter().map(|r| (r.0, r.1)).collect();
-    assert_eq!(events[1..], [(1, "task.failed".to_owned()), (2, "task.failed".to_owned())]);
-}
-
-#[test]
-fn no_targets_means_no_rows() {
-    let (dir, store) = open(Vec::new());
-    task(&store, "agt_1");
-    store.open_interaction("agt_1", &approval("req_1"), 2_000).expect("open");
-    store.transition("agt_1", TaskStatus::Cancelled, TransitionFields::default(), 3_000).expect("cancel");
-    assert!(rows(&dir).is_empty());
-}
-
-#[tokio::test]
-async fn an_interaction_writes_a_request_with_a_link_bound_to_it_and_wakes_the_worker() {
-    let (dir, store) = open(vec![all(1, false), all(2, true)]);
-    task(&store, "agt_1");
-    let woken = store.outbox_signal().notified();
-    store.open_interaction("agt_1", &approval("req_1"), 2_000).expect("open");
-    tokio::time::timeout(std::time::Duration::from_secs(5), woken).await.expect("the worker is woken");
-    let written = rows(&dir);
-    assert_eq!(written.len(), 2);
-    let summary: Value = serde_json::from_str(&written[0].2).expect("json");
-    let full: Value = serde_json::from_str(&written[1].2).expect("json");
-    assert_eq!(summary["request_id"], "req_1");
-    assert!(summary.get("details").is_none(), "summary targets get no command: {summary}");
-    assert!(!written[0].2.contains("rm -rf"), "{}", written[0].2);
-    assert_eq!(full["details"]["command"], "rm -rf build");
-    // One link per target, each bound to the request, stored only as a digest.
-    let (a, b) = (written[0].3.clone().expect("link"), written[1].3.clone().expect("link"));
-    assert_ne!(a, b);
-    let token = a.strip_prefix("/a/").expect("path");
-    let link = store.find_action_link(token).expect("read").expect("found");
-    assert_eq!((link.task_id.as_str(), link.request_id.as_str(), link.expires_at), ("agt_1", "req_1", 50_000));
-    let conn = Connection::open(dir.path().join("state").join(DB_FILE)).expect("open");
-    let stored: String = conn
-        .query_row("SELECT token_sha256 FROM action_links WHERE link_id = ?1", [&link.link_id], |r| r.get(0))
-        .expect("row");
-    assert_eq!(stored, token_digest(token));
-    assert!(store.find_action_link("abl_forged").expect("read").is_none());
-    assert!(store.use_action_link(&link.link_id, 3_000).expect("use"));
-    assert!(!store.use_action_link(&link.link_id, 3_001).expect("use"), "a link is used once");
+fn raw(store: &Store, sql: &str) -> usize {
+    store.write(|tx| Ok(tx.execute(sql, [])?)).expect("raw")
 }
 
 #[test]
 fn a_tasks_rows_go_out_in_order_and_are_retried_by_their_stored_deadline() {
-    let (_dir, store) = open(vec![all(1, false)]);
-    task(&store, "agt_1");
-    task(&store, "agt_2");
-    store.open_interaction("agt_1", &approval("req_1"), 2_000).expect("open");
-    store.transition("agt_1", TaskStatus::Cancelled, TransitionFields::default(), 2_100).expect("cancel");
-    store.transition("agt_2", TaskStatus::Succeeded, TransitionFields::default(), 2_200).expect("succeed");
+    let (_dir, store) = open();
+    write(&store, &message(1, NotifyEvent::ApprovalRequested, "agt_1", 2_000));
+    write(&store, &message(1, NotifyEvent::TaskFinished, "agt_1", 2_100));
+    write(&store, &message(1, NotifyEvent::TaskFinished, "agt_2", 2_200));
     let due = store.due_notifications(10_000, 10, &[], &[]).expect("due");
-    let heads: Vec<(&str, &str)> =
-        due.iter().map(|r| (r.task_id.as_deref().unwrap_or(""), r.event_type.as_str())).collect();
-    assert_eq!(heads, [("agt_1", "approval.requested"), ("agt_2", "task.finished")], "one head per task");
+    let heads: Vec<(&str, MessageKind)> = due.iter().map(|r| (r.task_id.as_deref().unwrap_or(""), r.kind)).collect();
+    assert_eq!(
+        heads,
+        [
+            ("agt_1", MessageKind::Event(NotifyEvent::ApprovalRequested)),
+            ("agt_2", MessageKind::Event(NotifyEvent::TaskFinished))
+        ],
+        "one head per task"
+    );
     let first = due[0].clone();
     assert!(
         store
@@ -146,13 +77,16 @@ fn a_tasks_rows_go_out_in_order_and_are_retried_by_their_stored_deadline() {
     let ok = Attempt { at: 20_000, http_status: Some(200), latency_ms: 2, error: None };
     store.record_attempt(first.outbox_id, &ok, None).expect("record");
     let delivered = store.get_notification(&first.message_id).expect("read").expect("row");
-    assert_eq!((delivered.state.as_str(), delivered.attempts, delivered.action_url), ("delivered", 2, None));
+    assert_eq!((delivered.state, delivered.attempts, delivered.action_url), (DeliveryState::Delivered, 2, None));
     let next = store.due_notifications(20_000, 10, &[], &[]).expect("due");
-    assert!(next.iter().any(|r| r.task_id.as_deref() == Some("agt_1") && r.event_type == "task.finished"));
+    assert!(
+        next.iter()
+            .any(|r| r.task_id.as_deref() == Some("agt_1") && r.kind == MessageKind::Event(NotifyEvent::TaskFinished))
+    );
     // Given up: no retry time.
     let last = next.iter().find(|r| r.task_id.as_deref() == Some("agt_2")).expect("row").clone();
     store.record_attempt(last.outbox_id, &failed, None).expect("record");
-    assert_eq!(store.get_notification(&last.message_id).expect("read").expect("row").state, "given_up");
+    assert_eq!(store.get_notification(&last.message_id).expect("read").expect("row").state, DeliveryState::GivenUp);
     let stats = store.notification_stats().expect("stats");
     assert_eq!((stats[0].delivered, stats[0].pending, stats[0].given_up), (1, 1, 1));
     assert_eq!(stats[0].last_ok_at, Some(20_000));
@@ -162,75 +96,65 @@ fn a_tasks_rows_go_out_in_order_and_are_retried_by_their_stored_deadline() {
     assert_eq!(store.recent_notifications(10).expect("recent").len(), 1);
 }
 
-#[test]
-fn a_fact_is_written_once_and_a_kept_guard_once() {
-    let (dir, store) = open(vec![all(1, false)]);
-    task(&store, "agt_1");
-    store.notify_guard_kept("repo", "agt_1", 2_000).expect("no guard: nothing");
-    assert!(rows(&dir).is_empty(), "no guard names the task");
+#[tokio::test]
+async fn a_message_is_written_once_with_its_link_stored_as_a_digest_and_wakes_the_worker() {
+    let (dir, store) = open();
+    let mut ask = message(1, NotifyEvent::ApprovalRequested, "agt_1", 2_000);
+    ask.request_id = Some("req_1".into());
+    ask.link = Some(NewActionLink {
+        link_id: "lnk_1".into(),
+        token_sha256: "d1gest".into(),
+        task_id: "agt_1".into(),
+        request_id: "req_1".into(),
+        expires_at: 50_000,
+        path: "/a/abl_secret".into(),
+    });
+    let woken = store.outbox_signal().notified();
+    write(&store, &ask);
+    tokio::time::timeout(std::time::Duration::from_secs(5), woken).await.expect("the worker is woken");
+    // The same dedupe key again (another message id, another link): nothing is written.
+    let mut again = ask.clone();
+    again.message_id = "msg_other".into();
+    again.link.as_mut().expect("link").link_id = "lnk_2".into();
+    assert!(!store.insert_message(&again).expect("insert"), "a duplicate is skipped");
+    assert!(store.find_action_link("d1gest").expect("read").is_some_and(|l| l.link_id == "lnk_1"));
     let conn = Connection::open(dir.path().join("state").join(DB_FILE)).expect("open");
-    conn.execute(
-        "INSERT INTO recovery_guards (workdir_alias, task_id, runtime, created_at, updated_at) VALUES ('repo', 'agt_1', 'fake', 1, 1)",
-        [],
-    )
-    .expect("guard");
-    store.notify_guard_kept("repo", "agt_1", 2_000).expect("kept");
-    store.notify_guard_kept("repo", "agt_1", 3_000).expect("kept again");
-    let written = rows(&dir);
-    assert_eq!(written.len(), 1);
-    assert_eq!(written[0].1, "workdir.recovery_required");
-}
-
-#[test]
-fn a_plan_awaiting_approval_is_reported_and_one_approved_at_creation_is_not() {
-    use super::plans::{NewPlan, NewStep};
-    let (dir, store) = open(vec![all(1, false), all(2, true)]);
-    let plan = |id: &str, approved_by: Option<&str>| NewPlan {
-        plan_id: id.into(),
-        principal: "panel".into(),
-        created_by: "panel".into(),
-        created_surface: "mcp".into(),
-        title: "Refactor the parser".into(),
-        runtime: "fake".into(),
-        workdir_alias: "repo".into(),
-        relative_cwd: String::new(),
-        profile: "workspace-write".into(),
-        created_at: 1_000,
-        approved_by: approved_by.map(str::to_owned),
-        correlation_id: None,
-        idempotency_key: None,
-        request_fingerprint: None,
-        isolation: None,
-    };
-    let steps: Vec<NewStep> =
-        (1..=3).map(|i| NewStep { title: format!("step {i}"), prompt: format!("secret prompt {i}") }).collect();
-    store.insert_plan(&plan("pln_1", None), &steps).expect("insert");
-    store.insert_plan(&plan("pln_2", Some("operator@local")), &steps).expect("insert");
-    let written = rows(&dir);
-    assert_eq!(written.len(), 2, "one per target, for the plan that waits: {written:?}");
-    assert!(written.iter().all(|r| r.1 == "plan.pending_approval" && r.2.contains("pln_1")));
-    assert!(written.iter().all(|r| !r.2.contains("secret prompt")), "no step prompt is sent");
-    let full: Value = serde_json::from_str(&written[1].2).expect("json");
-    assert_eq!(full["details"]["plan_title"], "Refactor the parser");
-    assert_eq!(full["steps"], 3);
-    assert_eq!(full["links"]["board"], "/plans/pln_1");
+    let links: i64 = conn.query_row("SELECT COUNT(*) FROM action_links", [], |r| r.get(0)).expect("count");
+    assert_eq!(links, 1, "the skipped message's link is not stored either");
+    let token_kept: i64 = conn
+        .query_row("SELECT COUNT(*) FROM action_links WHERE token_sha256 LIKE '%secret%'", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(token_kept, 0);
+    let row = store.get_notification(&ask.message_id).expect("read").expect("row");
+    assert_eq!(row.action_url.as_deref(), Some("/a/abl_secret"), "the link rides on its message until delivered");
+    let link = store.find_action_link("d1gest").expect("read").expect("found");
+    assert_eq!((link.task_id.as_str(), link.request_id.as_str(), link.expires_at), ("agt_1", "req_1", 50_000));
+    assert!(store.find_action_link("abl_secret").expect("read").is_none(), "looked up by digest only");
+    assert!(store.use_action_link(&link.link_id, 3_000).expect("use"));
+    assert!(!store.use_action_link(&link.link_id, 3_001).expect("use"), "a link is used once");
+    let given_up = store.give_up_target(1, 4_000, "the target is no longer configured").expect("give up");
+    assert_eq!(given_up, 1);
+    let row = store.get_notification(&ask.message_id).expect("read").expect("row");
+    assert_eq!((row.state, row.action_url), (DeliveryState::GivenUp, None), "the link leaves with the retries");
 }
 
 #[test]
 fn a_target_fails_for_an_hour_only_while_retrying_or_after_failures_spanning_it() {
     const HOUR: i64 = 3_600_000;
-    let (_dir, store) = open(vec![all(1, false)]);
+    let (_dir, store) = open();
     let failed = |at| Attempt { at, http_status: None, latency_ms: 5, error: Some("connection failed".into()) };
     // One failed test notification (never retried), long ago: not a failing target.
-    let id = store.enqueue_test_notification(1, 1_000).expect("test");
-    let test_row = store.get_notification(&id).expect("read").expect("row");
+    let mut test = message(1, NotifyEvent::TaskFinished, "test-1", 1_000);
+    (test.kind, test.task_id, test.give_up_at) = (MessageKind::Test, None, 1_000);
+    write(&store, &test);
+    let test_row = store.get_notification(&test.message_id).expect("read").expect("row");
+    assert_eq!(test_row.kind, MessageKind::Test);
     store.record_attempt(test_row.outbox_id, &failed(1_000), None).expect("record");
     let stats = store.notification_stats().expect("stats");
     assert_eq!((stats[0].failing_since, stats[0].last_failure_at), (Some(1_000), Some(1_000)));
     assert!(!stats[0].failing_for(HOUR, 10 * HOUR), "one failure is not an hour of failing");
     // A row retried since then: failing for an hour once the first failure is an hour old.
-    task(&store, "agt_1");
-    store.transition("agt_1", TaskStatus::Succeeded, TransitionFields::default(), 2_000).expect("succeed");
+    write(&store, &message(1, NotifyEvent::TaskFinished, "agt_1", 2_000));
     let row = store.due_notifications(3_000, 10, &[], &[]).expect("due").remove(0);
     store.record_attempt(row.outbox_id, &failed(3_000), Some(4_000)).expect("record");
     let stats = store.notification_stats().expect("stats");
@@ -241,11 +165,97 @@ fn a_target_fails_for_an_hour_only_while_retrying_or_after_failures_spanning_it(
     let stats = store.notification_stats().expect("stats");
     assert_eq!(stats[0].pending, 0);
     assert!(stats[0].failing_for(HOUR, 5 * HOUR));
-    task(&store, "agt_2");
-    store.transition("agt_2", TaskStatus::Succeeded, TransitionFields::default(), 5 * HOUR).expect("succeed");
+    write(&store, &message(1, NotifyEvent::TaskFinished, "agt_2", 5 * HOUR));
     let row = store.due_notifications(5 * HOUR, 10, &[], &[]).expect("due").remove(0);
     let ok = Attempt { at: 5 * HOUR, http_status: Some(200), latency_ms: 2, error: None };
     store.record_attempt(row.outbox_id, &ok, None).expect("deliver");
     let stats = store.notification_stats().expect("stats");
     assert!(!stats[0].failing_for(HOUR, 9 * HOUR), "a delivery ends the failing spell");
+}
+
+/// The error's text names what the value should have been and the value.
+fn assert_names(err: StoreError, what: &str, value: &str) {
+    let message = err.to_string();
+    assert!(matches!(err, StoreError::Sqlite(rusqlite::Error::FromSqlConversionFailure(..))), "{message}");
+    assert!(message.contains(&format!("unknown {what} \"{value}\"")), "{message}");
+}
+
+#[test]
+fn the_state_and_kind_are_stored_as_their_wire_names_and_an_unknown_one_is_an_error_naming_it() {
+    let (_dir, store) = open();
+    write(&store, &message(1, NotifyEvent::WorkdirRecoveryRequired, "agt_1", 1_000));
+    write(&store, &message(2, NotifyEvent::PlanPendingApproval, "agt_2", 1_000));
+    let text = |sql: &str| -> String { store.read(|c| Ok(c.query_row(sql, [], |r| r.get(0))?)).expect("read") };
+    assert_eq!(
+        text("SELECT event_type || '/' || state FROM notify_outbox WHERE target = 1"),
+        "workdir.recovery_required/pending"
+    );
+    raw(&store, "UPDATE notify_outbox SET state = 'bounced' WHERE target = 1");
+    assert_names(store.recent_notifications(10).unwrap_err(), "notification state", "bounced");
+    assert_names(
+        store.get_notification("msg_1_workdir.recovery_required_agt_1").unwrap_err(),
+        "notification state",
+        "bounced",
+    );
+    // The other row still reads and is still sent; the unknown one is neither lost nor sent.
+    let due = store.due_notifications(2_000, 10, &[], &[]).expect("due");
+    assert_eq!(due.iter().map(|r| r.target).collect::<Vec<_>>(), [2]);
+    raw(&store, "UPDATE notify_outbox SET state = 'pending', event_type = 'task.exploded' WHERE target = 1");
+    assert_names(store.due_notifications(2_000, 10, &[], &[]).unwrap_err(), "notification kind", "task.exploded");
+    assert_eq!(
+        store.notification_stats().expect("stats").iter().map(|s| s.pending).sum::<i64>(),
+        2,
+        "both rows are kept"
+    );
+    // Repaired, every row reads again.
+    raw(&store, "UPDATE notify_outbox SET event_type = 'workdir.recovery_required' WHERE target = 1");
+    assert_eq!(store.due_notifications(2_000, 10, &[], &[]).expect("due").len(), 2);
+}
+
+#[test]
+fn an_old_database_with_pending_messages_upgrades_without_losing_or_changing_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    // The database as the bridge before the facts left it: schema 8, a pending approval with its
+    // action link, a delivered finish, a pending finish behind the approval.
+    drop(Store::open(&state).expect("create the files"));
+    let path = state.join(DB_FILE);
+    std::fs::remove_file(&path).expect("remove");
+    let mut conn = Connection::open(&path).expect("open");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("0600");
+    super::schema::migrate_to(&mut conn, 8).expect("schema 8");
+    let facts = r#"{"event":"approval.requested","links":{"board":"/tasks/agt_1"},"request_id":"req_1","runtime":"fake","status":"waiting_for_approval","task_id":"agt_1","title":"fake task in repo needs an approval","workdir":"repo"}"#;
+    conn.execute_batch(&format!(
+        "INSERT INTO notify_outbox (message_id, dedupe_key, target, event_type, order_key, task_id, request_id, \
+         facts_json, action_url, state, created_at, next_attempt_at, give_up_at) VALUES \
+         ('msg_a', 'approval.requested:req_1:1', 1, 'approval.requested', 'agt_1', 'agt_1', 'req_1', '{facts}', \
+          '/a/abl_old', 'pending', 1000, 5000, 86401000), \
+         ('msg_b', 'task.finished:agt_0:1', 1, 'task.finished', 'agt_0', 'agt_0', NULL, '{{}}', NULL, 'delivered', \
+          500, 600, 86400500), \
+         ('msg_c', 'task.finished:agt_1:1', 1, 'task.finished', 'agt_1', 'agt_1', NULL, '{{}}', NULL, 'pending', \
+          2000, 2000, 86402000); \
+         INSERT INTO action_links (link_id, token_sha256, task_id, request_id, target, created_at, expires_at) \
+         VALUES ('lnk_old', 'old_digest', 'agt_1', 'req_1', 1, 1000, 90000);"
+    ))
+    .expect("old rows");
+    drop(conn);
+
+    let store = Store::open(&state).expect("upgrade");
+    let version: i64 = store.read(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)).expect("version");
+    assert_eq!(version, super::schema::MIGRATIONS.len() as i64);
+    assert!(store.pending_facts(&[], 10).expect("facts").is_empty(), "old messages are not turned into facts");
+    let all = store.recent_notifications(10).expect("every row reads");
+    assert_eq!(all.len(), 3);
+    let a = store.get_notification("msg_a").expect("read").expect("kept");
+    assert_eq!((a.kind, a.state), (MessageKind::Event(NotifyEvent::ApprovalRequested), DeliveryState::Pending));
+    assert_eq!((a.facts_json.as_str(), a.action_url.as_deref()), (facts, Some("/a/abl_old")), "unchanged");
+    assert_eq!(store.get_notification("msg_b").expect("read").expect("kept").state, DeliveryState::Delivered);
+    // Due as before: the task's head first, its finish behind it.
+    let due = store.due_notifications(5_000, 10, &[], &[]).expect("due");
+    assert_eq!(due.iter().map(|r| r.message_id.as_str()).collect::<Vec<_>>(), ["msg_a"]);
+    assert!(store.find_action_link("old_digest").expect("read").is_some_and(|l| l.request_id == "req_1"));
+    // A message the upgraded bridge routes with the same key is not written twice.
+    let mut same = message(1, NotifyEvent::ApprovalRequested, "agt_1", 3_000);
+    same.dedupe_key = "approval.requested:req_1:1".into();
+    assert!(!store.insert_message(&same).expect("insert"));
 }

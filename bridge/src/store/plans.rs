@@ -297,7 +297,7 @@ impl Store {
             }
             let row = get_plan_in(tx, &new.plan_id)?.ok_or(StoreError::PlanNotFound)?;
             if row.status == PlanStatus::PendingApproval {
-                super::outbox::on_plan_pending(self, tx, &row, steps.len(), new.created_at)?;
+                super::facts::record_in(self, tx, &super::facts::plan_awaits_in(tx, &new.plan_id)?, new.created_at)?;
             }
             Ok(PlanInserted::Created(row))
         })

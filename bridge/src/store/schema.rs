@@ -315,9 +315,35 @@ CREATE INDEX worktrees_by_state ON worktrees(state);
 ALTER TABLE plans ADD COLUMN isolation TEXT;
 "#;
 
+/// Migration 9: the notifier's facts. A row is one change (a task ended, a request opened, a
+/// plan awaits approval, a workdir stays closed), written in the change's transaction with what
+/// its wording needs (`data_json`, typed by `kind`); the delivery worker routes it into
+/// `notify_outbox` rows, one per target that wants it, and deletes it in that transaction. New
+/// table only: outbox rows from before are messages already routed and go out as they are.
+const V9_NOTIFY_FACTS: &str = r#"
+CREATE TABLE notify_facts (
+    fact_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind       TEXT NOT NULL,
+    task_id    TEXT,
+    plan_id    TEXT,
+    request_id TEXT,
+    data_json  TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+"#;
+
 /// Every migration, in order; `user_version` is the number applied.
-pub(super) const MIGRATIONS: &[&str] =
-    &[V1_CORE, V2_IDEMPOTENCY, V3_PROOF, V4_PLANS, V5_AUDIT_COUNTS, V6_NOTIFY, V7_ACCOUNTING, V8_WORKTREES];
+pub(super) const MIGRATIONS: &[&str] = &[
+    V1_CORE,
+    V2_IDEMPOTENCY,
+    V3_PROOF,
+    V4_PLANS,
+    V5_AUDIT_COUNTS,
+    V6_NOTIFY,
+    V7_ACCOUNTING,
+    V8_WORKTREES,
+    V9_NOTIFY_FACTS,
+];
 
 /// Applies the missing migrations in one exclusive transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

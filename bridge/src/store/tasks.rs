@@ -482,7 +482,7 @@ impl Store {
         self.write(|tx| {
             let row = transition_in(tx, task_id, to, fields, now)?;
             if row.status.is_terminal() {
-                super::outbox::on_terminal(self, tx, &row, now)?;
+                super::facts::record_in(self, tx, &super::facts::task_ended_in(tx, task_id)?, now)?;
             }
             Ok(row)
         })

@@ -33,6 +33,13 @@ pub(crate) fn new_task(id: &str, key: Option<&str>) -> NewTask {
     }
 }
 
+/// Gives `task_id`'s notification facts a kind no build knows (for the notifier's tests, which
+/// hold no SQL).
+pub(crate) fn corrupt_fact_kind(store: &Store, task_id: &str) {
+    let sql = "UPDATE notify_facts SET kind = 'task.exploded' WHERE task_id = ?1";
+    store.write(|tx| Ok(tx.execute(sql, [task_id])?)).expect("corrupt the fact");
+}
+
 fn submitted() -> NewEvent {
     NewEvent::new("task.submitted", serde_json::json!({}))
 }

@@ -130,7 +130,7 @@ async fn release(
     } else {
         tracing::warn!(?proof, "provider stop not proven; the workdir keeps its recovery guard");
         let (key, id, now) = (guard_key.to_owned(), task_id.clone(), inner.clock.now_ms());
-        if let Err(e) = inner.store.call(move |s| s.notify_guard_kept(&key, &id, now)).await {
+        if let Err(e) = inner.store.call(move |s| s.record_guard_kept(&key, &id, now)).await {
             tracing::warn!(cause = %e, "cannot write the recovery notification");
         }
         let key = guard_key.to_owned();

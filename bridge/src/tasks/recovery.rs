@@ -201,7 +201,7 @@ impl Inner {
                 "provider stop not proven; guard kept until its processes are gone"
             );
             let (alias, id, now) = (guard.workdir_alias.clone(), guard.task_id.clone(), self.clock.now_ms());
-            if let Err(e) = self.store.call(move |s| s.notify_guard_kept(&alias, &id, now)).await {
+            if let Err(e) = self.store.call(move |s| s.record_guard_kept(&alias, &id, now)).await {
                 tracing::warn!(cause = %e, "cannot write the recovery notification");
             }
             self.watch_guard(guard.clone(), interrupt_code);
