@@ -135,6 +135,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn the_committed_configuration_page_is_the_rendered_catalog() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(PAGE);
         let file = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

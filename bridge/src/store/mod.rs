@@ -9,10 +9,6 @@
 //! Files: the state directory must be a private (0700) directory owned by the bridge user;
 //! a directory with broader permissions is refused, never chmod-ed. The database is created
 //! 0600 and SQLite gives its WAL and SHM files the same mode.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the store opens SQLite and its files, always on a blocking thread (Store::call runs on the store's threads)"
-)]
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
@@ -189,6 +185,7 @@ impl Store {
 
     /// Opens an existing store read-only, without migrating (for `agent-bridge doctor` while
     /// the bridge is down). Any write through it fails.
+    #[expect(clippy::disallowed_methods, reason = "`doctor` opens the store from the CLI, with no reactor to block")]
     pub fn open_read_only(state_dir: &Path) -> Result<Store, StoreError> {
         let path = state_dir.join(DB_FILE);
         let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
@@ -289,6 +286,10 @@ impl Store {
     }
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the store opens SQLite and its files on its own blocking threads (Store::call)"
+)]
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
@@ -313,6 +314,10 @@ fn ensure_private_dir(dir: &Path) -> Result<(), StoreError> {
     crate::files::ensure_private_dir(dir).map_err(StoreError::Files)
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the store opens SQLite and its files on its own blocking threads (Store::call)"
+)]
 fn ensure_private_file(path: &Path) -> Result<(), StoreError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) => crate::files::check_private(path, &meta, false).map_err(StoreError::Files),

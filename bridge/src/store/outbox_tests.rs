@@ -97,6 +97,7 @@ fn a_tasks_rows_go_out_in_order_and_are_retried_by_their_stored_deadline() {
 }
 
 #[tokio::test]
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 async fn a_message_is_written_once_with_its_link_stored_as_a_digest_and_wakes_the_worker() {
     let (dir, store) = open();
     let mut ask = message(1, NotifyEvent::ApprovalRequested, "agt_1", 2_000);
@@ -213,6 +214,7 @@ fn the_state_and_kind_are_stored_as_their_wire_names_and_an_unknown_one_is_an_er
 }
 
 #[test]
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 fn an_old_database_with_pending_messages_upgrades_without_losing_or_changing_them() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state");

@@ -119,6 +119,7 @@ fn plan_keys_are_per_principal() {
 /// A database from before this migration (schema 3, with tasks, events, a guard, a key and
 /// audit rows) upgrades in place: every old row is intact, and plans work at once.
 #[test]
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 fn a_database_from_before_plans_upgrades_with_its_data_intact() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");

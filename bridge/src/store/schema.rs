@@ -371,6 +371,7 @@ pub(super) mod tests {
     use super::*;
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test opens its own SQLite connection")]
     fn migrating_twice_is_a_no_op() {
         let mut conn = Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
@@ -380,6 +381,7 @@ pub(super) mod tests {
     }
 
     #[test]
+    #[expect(clippy::disallowed_methods, reason = "a test opens its own SQLite connection")]
     fn a_newer_database_is_refused() {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();

@@ -50,6 +50,7 @@ fn open() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
@@ -68,6 +69,7 @@ fn files_are_private() {
 }
 
 #[test]
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 fn a_broad_state_dir_is_refused_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
@@ -270,6 +272,7 @@ fn retention_spares_active_and_guarded_tasks() {
 /// A database made by the first schema upgrades in place: old rows keep NULL for the new
 /// fields (nothing fabricated), and the new index and columns work.
 #[test]
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 fn a_first_schema_database_upgrades_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
@@ -340,6 +343,7 @@ fn audit_row(at: i64, capability: &str) -> super::audit::AuditRow {
 /// A database from before the audit counts (schema 4, with audit rows) upgrades in place:
 /// every old row is kept, and each counts as one call.
 #[test]
+#[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
 fn a_database_from_before_audit_counts_keeps_its_rows_at_count_one() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
