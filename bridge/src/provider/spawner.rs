@@ -203,7 +203,8 @@ pub enum RunError {
 /// runs (each kept up to [`OUTPUT_BOUND`], the rest read and dropped): its stdout, or why it
 /// failed (its stderr, or the timeout). `pass` gives it descriptors, as [`Launch::pass`]. It
 /// inherits the bridge's environment. Blocking (it runs its own small runtime, so the child is
-/// tied to this thread, which waits for it); for start-up checks only, never a task.
+/// tied to this thread, which waits for it: never call it from async code, which a runtime
+/// already drives); for start-up checks only, never a task.
 #[expect(clippy::disallowed_types, reason = "the spawner: the one place a Command is built")]
 pub fn run_bounded(
     program: &Path,
