@@ -62,7 +62,7 @@ pub fn prepare(config: BridgeConfig) -> anyhow::Result<Prelude> {
         tracing::warn!(kind = kind.as_str(), ?hook, "a test hook changes how children of this kind start");
         crate::provider::tether::set_test_hook(kind, hook);
     }
-    crate::provider::process::close_inherited_fds_on_exec();
+    crate::provider::spawner::close_inherited_fds_on_exec();
     // Early, while descriptor numbers are low: the soft RLIMIT_NOFILE goes to the hard limit.
     let descriptors = server::Descriptors::prepare();
     crate::files::ensure_private_dir(&config.state_dir).map_err(anyhow::Error::msg).context("state directory")?;
@@ -87,7 +87,7 @@ pub fn prepare(config: BridgeConfig) -> anyhow::Result<Prelude> {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    if let Err(e) = crate::provider::process::become_subreaper() {
+    if let Err(e) = crate::provider::supervise::become_subreaper() {
         tracing::warn!(cause = %e, "cannot become a child subreaper; orphans of agents will be reparented to init");
     }
     let store = Arc::new(Store::open(&config.state_dir).context("cannot open the store")?);
@@ -236,7 +236,7 @@ pub async fn run(prelude: Prelude) -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 _ = children.recv() => {
-                    let reaped = tokio::task::spawn_blocking(crate::provider::process::reap_orphans).await.unwrap_or(0);
+                    let reaped = tokio::task::spawn_blocking(crate::provider::supervise::reap_orphans).await.unwrap_or(0);
                     if reaped > 0 {
                         tracing::debug!(reaped, "reaped orphaned descendants");
                     }

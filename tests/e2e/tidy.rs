@@ -530,13 +530,13 @@ fn clippy_refuses_a_deliberate_violation_of_each_rule() {
     );
     assert!(!passed, "clippy accepted a crate that spawns, reads the environment and blocks:\n{out}");
     for (what, expected) in [
-        ("a process spawned outside provider/process.rs", "std::process::Command"),
+        ("a process spawned outside provider/spawner.rs", "std::process::Command"),
         ("the environment read outside config/", "std::env::var_os"),
         ("blocking file I/O", "std::fs::read_to_string"),
     ] {
         assert!(out.contains(expected), "clippy did not name {what} (`{expected}`):\n{out}");
     }
-    assert!(out.contains("only provider/process.rs spawns processes"), "the reason is shown:\n{out}");
+    assert!(out.contains("only provider/spawner.rs builds a Command"), "the reason is shown:\n{out}");
     // The one sanctioned way out: an `expect` on the item, with its reason.
     let (passed, out) = clippy_scratch(
         "//! A scratch crate with a sanctioned exception.\n\

@@ -118,7 +118,7 @@ pub fn run(target: Target, config: Result<BridgeConfig, String>) -> ExitCode {
         }
     };
     sandbox_check(&mut checks, &containment);
-    match crate::provider::probe::which("git", crate::provider::env::BaseEnv::capture().get("PATH")) {
+    match crate::provider::env::which("git", crate::provider::env::BaseEnv::capture().get("PATH")) {
         Some(git) => check(
             &mut checks,
             "change sets",

@@ -7,7 +7,6 @@
 //!
 //! [`Cgroups::detect`] decides once at startup, by creating and removing a probe group; where
 //! it cannot, tasks get no cgroup and the other proofs apply.
-#![allow(clippy::disallowed_methods, reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk")]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,6 +24,10 @@ pub struct Cgroups {
 impl Cgroups {
     /// The delegated cgroup v2 of the bridge whose state lives in `state_dir`, if it has one it
     /// may write. Blocking (a few file operations).
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk"
+    )]
     pub fn detect(state_dir: &Path) -> Option<Cgroups> {
         let mount = cgroup2_mount()?;
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
@@ -44,6 +47,10 @@ impl Cgroups {
     }
 
     /// The cgroup of `task_id`, created empty. Blocking.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk"
+    )]
     pub fn create(&self, task_id: &str) -> std::io::Result<PathBuf> {
         let dir = self.root.join(task_id);
         std::fs::create_dir_all(&dir)?;
@@ -54,6 +61,10 @@ impl Cgroups {
     /// previous bridge left; a populated one stays: its guard waits for it), and the empty
     /// instance directories of bridges that are gone (a plain `rmdir`, which fails on any
     /// directory that still holds a group). Blocking.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk"
+    )]
     pub fn sweep_empty(&self) {
         if let Ok(entries) = std::fs::read_dir(&self.root) {
             for entry in entries.flatten() {
@@ -72,6 +83,10 @@ impl Cgroups {
     }
 
     /// The task groups of this bridge that still hold a process: (task id, group). Blocking.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk"
+    )]
     pub fn populated_groups(&self) -> Vec<(String, PathBuf)> {
         let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
         entries
@@ -85,6 +100,10 @@ impl Cgroups {
     /// Kills whatever is left in this bridge's task groups (`cgroup.kill` on each; the
     /// bridge's way out, when no task of it runs any more). Blocking, and quick: cgroupfs is
     /// kernel memory. Returns the groups that held a process.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk"
+    )]
     pub fn kill_all(&self) -> Vec<String> {
         let groups = self.populated_groups();
         for (_, dir) in &groups {
@@ -95,6 +114,10 @@ impl Cgroups {
 
     /// Removes this bridge's instance directory if no task group is left in it (an orderly
     /// stop). Blocking.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk"
+    )]
     pub fn remove_if_empty(&self) {
         let _ = std::fs::remove_dir(&self.root);
     }
@@ -124,31 +147,9 @@ pub fn is_own_group(dir: &Path, state_dir: &Path, task_id: &str) -> bool {
     dir.is_absolute() && names == [task_id, instance_name(state_dir).as_str(), TASKS_DIR]
 }
 
-/// Makes the child of `cmd` enter the group `dir` before it executes (it writes `0` to the
-/// group's `cgroup.procs`, which moves the writer), so nothing it starts is ever outside it.
-/// The returned descriptor must stay open until the spawn has returned. A child that cannot
-/// enter fails its spawn: a task never runs outside the cgroup it was given.
-#[allow(unsafe_code)]
-#[expect(clippy::disallowed_types, reason = "it configures the command that provider::process builds and spawns")]
-pub fn enter_on_exec(cmd: &mut tokio::process::Command, dir: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::AsRawFd;
-    let procs: std::os::fd::OwnedFd = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?.into();
-    let fd = procs.as_raw_fd();
-    // SAFETY: between fork and exec the closure only calls write(2), async-signal-safe, on a
-    // descriptor the parent keeps open until the spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    Ok(procs)
-}
-
 /// Whether a task cgroup still holds a process: `populated 1` in `cgroup.events`. A group
 /// that is gone holds none; one whose events cannot be read is counted as populated.
+#[expect(clippy::disallowed_methods, reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk")]
 pub fn populated(dir: &Path) -> bool {
     match std::fs::read_to_string(dir.join("cgroup.events")) {
         Ok(events) => !events.lines().any(|l| l.trim() == "populated 0"),
@@ -157,6 +158,7 @@ pub fn populated(dir: &Path) -> bool {
 }
 
 /// The pids in a task cgroup and all its descendants (the ones a watcher waits for).
+#[expect(clippy::disallowed_methods, reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk")]
 pub fn pids(dir: &Path) -> Vec<i32> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -173,6 +175,7 @@ pub fn pids(dir: &Path) -> Vec<i32> {
 
 /// Kills every process in the group (`cgroup.kill`), waits (bounded, 2 s) for `populated 0`
 /// and removes the group and whatever groups were made inside it. Returns whether it is empty.
+#[expect(clippy::disallowed_methods, reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk")]
 pub async fn kill_and_remove(dir: &Path) -> bool {
     let d = dir.to_path_buf();
     let _ = tokio::task::spawn_blocking(move || std::fs::write(d.join("cgroup.kill"), b"1")).await;
@@ -193,6 +196,7 @@ pub async fn kill_and_remove(dir: &Path) -> bool {
 }
 
 /// Removes an empty group and its empty descendants, deepest first. Blocking.
+#[expect(clippy::disallowed_methods, reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk")]
 pub fn remove_tree(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
@@ -206,6 +210,7 @@ pub fn remove_tree(dir: &Path) {
 
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified`
 /// on a hybrid machine), from `/proc/self/mountinfo`.
+#[expect(clippy::disallowed_methods, reason = "cgroupfs is kernel memory: reading or writing it never waits on a disk")]
 fn cgroup2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines().find_map(|line| {
@@ -216,6 +221,7 @@ fn cgroup2_mount() -> Option<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "the tests set up their own files and processes")]
 mod tests {
     use super::*;
 

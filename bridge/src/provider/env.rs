@@ -3,7 +3,7 @@
 //! The bridge captures its own environment once at startup and hands each child only the
 //! variables a CLI needs to run as the operator (PATH, HOME, locale, XDG dirs) plus the
 //! runtime's own credential variables. Proxy settings and the bridge's, tunnel's and MCP's own
-//! variables never reach a child (seed 001's scrub rules).
+//! variables never reach a child. [`which`] finds a program on such a `PATH`.
 
 use std::ffi::{OsStr, OsString};
 
@@ -138,6 +138,20 @@ pub fn is_scrubbed(name: &str) -> bool {
         || upper.ends_with("_PROXY_URL")
         || upper == "NO_PROXY"
         || SCRUBBED_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
+
+/// Finds `name` on `path` (a `PATH` value): the first executable file (blocking: it reads file
+/// metadata).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "blocking by design: its callers run at start-up on a blocking thread or in a CLI command"
+)]
+pub fn which(name: &str, path: Option<&OsStr>) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path?)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 #[cfg(test)]

@@ -11,11 +11,6 @@
 //! is echoed back as the result. Steering text is echoed as an `agent.message` event while the
 //! script waits. Sessions persist under `$AGENT_BRIDGE_FAKE_HOME/sessions`, so a continuation
 //! resumes the same session and says how many turns it had.
-#![allow(
-    clippy::disallowed_types,
-    clippy::disallowed_methods,
-    reason = "the fake agent is the tests' child program, not the daemon: it runs commands and keeps its session file"
-)]
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -85,6 +80,10 @@ fn finish(text: String) -> i32 {
 }
 
 impl Agent {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the fake agent is the tests' child program, not the daemon: it runs commands and keeps its session file"
+    )]
     fn session(&mut self, resume: Option<String>) -> Result<(), String> {
         let home = std::env::var_os(HOME_VAR).map(PathBuf::from);
         let id =
@@ -322,6 +321,10 @@ impl Agent {
         }
     }
 
+    #[expect(
+        clippy::disallowed_types,
+        reason = "the fake agent is the tests' child program, not the daemon: it runs commands and keeps its session file"
+    )]
     fn orphan(&mut self, seconds: f64) -> i32 {
         let spawned = std::process::Command::new("setsid")
             .arg("sleep")
@@ -345,6 +348,11 @@ impl Agent {
 
 /// Runs `sh -c command` and finishes with `exit=N` and its output (at most 64 KiB). The output
 /// goes to a file, not a pipe, so a command that leaves a background process returns at once.
+#[expect(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the fake agent is the tests' child program, not the daemon: it runs commands and keeps its session file"
+)]
 fn exec(command: &str) -> i32 {
     event("command.started", json!({ "command": command }));
     let out = std::env::temp_dir().join(format!("fake-agent-exec-{}", std::process::id()));

@@ -12,10 +12,6 @@
 //!
 //! Anything else (a process that carries only the task marker, without the sandbox) is not
 //! attributable here and keeps its workdir closed, as the proof rules say.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "/proc and cgroupfs are kernel memory; the scans run on blocking threads"
-)]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,8 +21,8 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use super::cgroup::{self, Cgroups};
-use super::process::{NamespaceProof, ProofMaterial};
 use super::procfs::{namespace_pids, pid_namespace, sandbox_processes, start_ticks};
+use super::supervise::{NamespaceProof, ProofMaterial};
 
 /// How long stopping a task's leftovers may take before what is left is reported.
 pub const STOP_BOUND: Duration = Duration::from_secs(5);
@@ -174,6 +170,10 @@ fn is_bwrap(pid: i32) -> bool {
 /// Stops one task's leftovers: `cgroup.kill` on its group, `SIGKILL` to its namespace's init
 /// (the kernel ends the namespace) and to each sandbox process; then waits, at most
 /// [`STOP_BOUND`], until none is left. Returns the processes still there (empty: stopped).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "/proc and cgroupfs are kernel memory; the scans run on blocking threads"
+)]
 pub async fn stop(leftover: &Leftover) -> Vec<i32> {
     let l = leftover.clone();
     let _ = tokio::task::spawn_blocking(move || {

@@ -1,9 +1,9 @@
 //! Providers: the agent runtimes the bridge drives, behind one interface.
 //!
-//! Only this module spawns processes (DESIGN §2 invariant 4). A provider turns a task into a
+//! Only this module spawns processes, and only its [`spawner`] builds a `Command`. A provider turns a task into a
 //! [`Session`]: a child process in its own group, an ordered stream of normalized
 //! [`ProviderEvent`]s that ends when the child's output ends, a command channel for answers,
-//! steering and interrupts, and a bounded stop that returns a [`process::StopProof`].
+//! steering and interrupts, and a bounded stop that returns a [`supervise::StopProof`].
 //! The set of runtimes is closed (`codex`, `claude`, `fake`), so dispatch is a `match`.
 //! The events every runtime emits share one vocabulary, documented in [`events`].
 
@@ -40,13 +40,15 @@ pub mod relay;
 pub mod sandbox;
 pub mod seccomp;
 pub mod snapshot;
+pub mod spawner;
+pub mod supervise;
 pub mod tether;
 pub mod usage;
 pub mod view;
 pub mod worktree;
 pub mod worktree_include;
 
-use process::{ProofMaterial, StopProof, Supervised};
+use supervise::{ProofMaterial, StopProof, Supervised};
 
 /// A normalized event from a provider, in the order the provider produced it.
 #[derive(Debug, Clone, PartialEq)]
@@ -342,7 +344,7 @@ impl Providers {
             base_env.clone(),
             containment.clone(),
         );
-        let git = probe::which("git", base_env.get("PATH"));
+        let git = env::which("git", base_env.get("PATH"));
         let snapshots = snapshot::Snapshots::new(git.clone(), containment.clone());
         let worktrees = worktree::Worktrees::new(git, containment.clone(), &config.state_dir);
         let claude = claude::ClaudeRuntime::new(

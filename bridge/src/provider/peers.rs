@@ -12,8 +12,8 @@
 use std::sync::Mutex;
 
 use super::cgroup::Cgroups;
-use super::process::MARKER_VAR;
 use super::procfs::{pid_namespace, read_environ, stat_fields};
+use super::spawner::MARKER_VAR;
 
 /// Why a peer counts as a task process, and which task when that is known.
 #[derive(Debug, Clone, PartialEq, Eq)]

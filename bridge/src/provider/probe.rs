@@ -79,7 +79,7 @@ impl Locator {
             Locator::Configured(bin) => Some(bin.clone()),
             Locator::OnPath { name, path } => {
                 let (name, path) = (*name, path.clone());
-                tokio::task::spawn_blocking(move || which(name, path.as_deref())).await.ok().flatten()
+                tokio::task::spawn_blocking(move || super::env::which(name, path.as_deref())).await.ok().flatten()
             }
         }
     }
@@ -270,20 +270,6 @@ fn looks_like_version(v: &str) -> bool {
         && v.len() < 64
         && v.starts_with(|c: char| c.is_ascii_digit())
         && v.chars().all(|c| c.is_ascii_alphanumeric() || ".-+".contains(c))
-}
-
-/// Finds `name` on `path` (a `PATH` value): the first executable file (blocking: it reads file
-/// metadata).
-#[expect(
-    clippy::disallowed_methods,
-    reason = "blocking by design: its callers run at start-up on a blocking thread or in a CLI command"
-)]
-pub fn which(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::split_paths(path?)
-        .filter(|d| d.is_absolute())
-        .map(|d| d.join(name))
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 #[cfg(test)]

@@ -2,11 +2,10 @@
 //! few facts of a process the stop proof needs (state, parent, start time). Read-only; every
 //! function is blocking and cheap per process, and a process that cannot be read (gone,
 //! another user's) is skipped, never an error.
-#![allow(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 
 use std::time::Duration;
 
-use super::process::MARKER_VAR;
+use super::spawner::MARKER_VAR;
 use super::tether::SANDBOX_VAR;
 
 /// Live processes of a task: those carrying its marker or its sandbox variable (bwrap's own
@@ -23,6 +22,7 @@ pub fn task_pids(task_id: &str, pid_ns: Option<u64>) -> Vec<i32> {
 /// Pids of live processes in the PID namespace `pid_ns`. A process whose namespace cannot be
 /// read (another user's, gone, a zombie) is not counted: every process of a task runs as the
 /// bridge user, and a zombie no longer runs. Blocking (reads `/proc`).
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 pub fn namespace_pids(pid_ns: u64) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.flatten()
@@ -47,6 +47,7 @@ pub fn marker_pids(task_id: &str) -> Vec<i32> {
 
 /// Pids of live (non-zombie) processes whose environment holds one of `needles` (whole
 /// `NAME=value` entries), in one pass over `/proc`.
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 fn tagged_pids(needles: &[&str]) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     let own = std::process::id() as i32;
@@ -69,6 +70,7 @@ fn tagged_pids(needles: &[&str]) -> Vec<i32> {
 /// Live (non-zombie) processes of the bridge's own user carrying [`SANDBOX_VAR`], bwrap's
 /// processes of a task sandbox: each with the task it names, in one pass over `/proc`. Runs
 /// as root too (a bridge allowed to), so the owner is checked, not implied by the read.
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 pub fn sandbox_processes() -> Vec<(i32, String)> {
     let prefix = format!("{SANDBOX_VAR}=");
     let uid = nix::unistd::getuid().as_raw();
@@ -95,6 +97,7 @@ pub fn sandbox_processes() -> Vec<(i32, String)> {
 }
 
 /// The real uid of `pid` (`Uid:` in `/proc/<pid>/status`, as this process's namespace sees it).
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 pub fn real_uid(pid: i32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
@@ -105,6 +108,7 @@ pub fn real_uid(pid: i32) -> Option<u32> {
 /// A process in the middle of `execve` reads as having neither environment nor command line
 /// for a moment (the new image's are not laid out yet): such a read is retried briefly, so a
 /// sweep never misses a marked process that happens to be exec-ing.
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 pub(super) fn read_environ(pid: i32) -> Option<Vec<u8>> {
     const TRIES: usize = 5;
     for attempt in 1..=TRIES {
@@ -119,6 +123,7 @@ pub(super) fn read_environ(pid: i32) -> Option<Vec<u8>> {
 
 /// Whether `pid` looks like a user process caught inside `execve`: no command line, and
 /// neither a kernel thread nor a zombie (which have none either).
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 pub(super) fn mid_exec(pid: i32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
         && !is_kernel_thread(pid)
@@ -136,6 +141,7 @@ pub(super) fn is_zombie(pid: i32) -> bool {
 }
 
 /// `/proc/<pid>/stat` fields after the command name (field 3 onwards).
+#[expect(clippy::disallowed_methods, reason = "/proc is kernel memory: reading it never waits on a disk")]
 pub(super) fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];

@@ -8,12 +8,6 @@
 //! the marker still names the task's own processes only); a TERM meant for the task is the
 //! runtime's to handle, and this process ends when its child does, with its status (the same
 //! signal re-raised, or the exit code), which the sandbox reports to the bridge.
-#![allow(
-    clippy::disallowed_types,
-    clippy::disallowed_methods,
-    clippy::print_stderr,
-    reason = "the sandbox's own first program, not the daemon: it runs the runtime, relays on threads, and says on stderr why it cannot"
-)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -66,6 +60,11 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
 
 /// Runs `sandbox-exec`; returns the exit code (or does not return: a child killed by a signal
 /// is reported by this process dying of the same signal).
+#[expect(
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "the sandbox's own first program, not the daemon (no reactor): it says on stderr why it cannot, and opens /dev/null"
+)]
 pub fn run(args: &[String]) -> i32 {
     let args = match parse(args) {
         Ok(a) => a,
@@ -88,11 +87,7 @@ pub fn run(args: &[String]) -> i32 {
         blocked.add(sig);
     }
     let _ = blocked.thread_block();
-    let mut child = match std::process::Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env(&args.marker.0, &args.marker.1)
-        .spawn()
-    {
+    let mut child = match super::spawner::start_in_sandbox(&args.command, (&args.marker.0, &args.marker.1)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("agent-bridge sandbox-exec: cannot start {}: {e}", args.command[0]);
@@ -114,17 +109,23 @@ pub fn run(args: &[String]) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     if let Some(sig) = status.signal().and_then(|s| nix::sys::signal::Signal::try_from(s).ok()) {
         // Die of the same signal, so the status the sandbox reports is the runtime's.
-        // SAFETY: restoring a signal's default disposition has no handler to race with.
-        #[allow(unsafe_code)]
-        unsafe {
-            let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl);
-        }
+        default_disposition(sig);
         let mut set = nix::sys::signal::SigSet::empty();
         set.add(sig);
         let _ = set.thread_unblock();
         let _ = nix::sys::signal::raise(sig);
     }
     status.code().unwrap_or(1)
+}
+
+/// Restores `sig`'s default disposition (nix calls `signal(2)` unsafe: a handler could race).
+#[expect(unsafe_code, reason = "signal(2) is unsafe in nix; here it only restores the default")]
+fn default_disposition(sig: nix::sys::signal::Signal) {
+    // SAFETY: restoring a signal's default disposition installs no handler, so nothing can race
+    // with one.
+    unsafe {
+        let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl);
+    }
 }
 
 /// Accepts the runtime's proxy connections and relays each to the gate.

@@ -12,10 +12,6 @@
 //! [`Containment::detect`] decides once, at startup, whether this machine can run the sandbox
 //! (`SERVERFS_AGENT_SANDBOX=auto|required|off`); the decision is shown by `doctor`,
 //! `list_agent_runtimes`, each task's manifest and the board.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "a task's private /tmp is made and removed on a blocking thread (the provider's spawn and stop run there); the sweep runs at start"
-)]
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -25,6 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::env::BaseEnv;
+use super::spawner::run_bounded;
 use super::view::{Access, Mounts, SystemEntry};
 use crate::config::{BridgeConfig, SandboxMode};
 
@@ -138,7 +135,7 @@ impl Containment {
             SandboxMode::Off => {
                 (None, Some("SERVERFS_AGENT_SANDBOX=off: tasks run without a sandbox".to_owned()), None, None)
             }
-            SandboxMode::Auto | SandboxMode::Required => match super::probe::which("bwrap", base_env.get("PATH")) {
+            SandboxMode::Auto | SandboxMode::Required => match super::env::which("bwrap", base_env.get("PATH")) {
                 None => (None, Some(format!("bwrap is not on the bridge's PATH: {INSTALL_HINT}")), None, None),
                 Some(bin) => match try_sandbox(&bin) {
                     Ok(version) => {
@@ -373,6 +370,10 @@ impl Containment {
     /// (what the runtime itself needs: its home, a session store, a snapshot directory), what
     /// `program` needs, a private `/tmp` and an empty `$HOME`. A cwd inside one of the bridge's
     /// private paths is refused. Blocking (creates the private `/tmp`, reads the program).
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "blocking by contract: the spawn prepares the sandbox on a blocking thread"
+    )]
     pub fn wrap(
         &self,
         task_id: &str,
@@ -500,7 +501,7 @@ pub struct ViewRequest {
     /// The task's workdir root (canonical) and whether the task may write it.
     pub workdir: Option<(PathBuf, bool)>,
     /// For a worktree task: what it holds of the repository (its `workdir` is the worktree).
-    pub git: Option<super::worktree::TreeGit>,
+    pub git: Option<super::view::TreeGit>,
     /// More paths it reads (a repository's objects a snapshot uses).
     pub read: Vec<PathBuf>,
     /// More paths it writes (its runtime's home, a session store, a snapshot directory).
@@ -512,6 +513,7 @@ pub struct ViewRequest {
 
 /// The repository directory of a linked worktree (or submodule) whose top is `root`: its
 /// `.git` is a `gitdir:` file naming a directory outside the tree. Blocking.
+#[expect(clippy::disallowed_methods, reason = "called by wrap, on its blocking thread")]
 fn linked_git_dir(root: &Path) -> Option<PathBuf> {
     let dotgit = root.join(".git");
     if !std::fs::symlink_metadata(&dotgit).ok()?.is_file() {
@@ -545,6 +547,10 @@ pub fn parse_info(text: &str) -> Option<SandboxInfo> {
 }
 
 /// Removes a task's private `/tmp` (after its stop is proven). Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "blocking by contract: the stop calls it on a blocking thread, a failed spawn's guard and the start-up sweep directly"
+)]
 pub fn remove_private_tmp(path: &Path) {
     if let Err(e) = std::fs::remove_dir_all(path)
         && e.kind() != std::io::ErrorKind::NotFound
@@ -559,6 +565,7 @@ pub fn sweep_private_tmps(state_dir: &Path, keep: &[String]) {
 }
 
 /// Calls `remove` on every entry of `parent` named like a task id, but `keep`'s. Blocking.
+#[expect(clippy::disallowed_methods, reason = "blocking by contract: it runs at start, before anything is served")]
 pub fn sweep_task_dirs(parent: &Path, keep: &[String], remove: fn(&Path)) {
     let Ok(dir) = std::fs::read_dir(parent) else { return };
     for entry in dir.flatten() {
@@ -608,9 +615,9 @@ fn egress_of(config: &BridgeConfig, workdirs: &[PathBuf]) -> crate::egress::Egre
 fn try_network(bwrap: &Path) -> Result<(), String> {
     let args = trial_args(&["--unshare-net"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    super::process::run_bounded(bwrap, &args, Duration::from_secs(10), false)
-        .map(|_| ())
-        .map_err(|e| format!("{} cannot give a sandbox a network namespace ({})", bwrap.display(), e.trim()))
+    run_bounded(bwrap, &args, Duration::from_secs(10), Vec::new()).map(|_| ()).map_err(|e| {
+        format!("{} cannot give a sandbox a network namespace ({})", bwrap.display(), e.to_string().trim())
+    })
 }
 
 /// The operator's `SANDBOX_READ` and `_WRITE` paths (global, then per workdir), each
@@ -664,12 +671,12 @@ fn operator_paths(
 /// Starts one trivial sandbox with the flags tasks use; returns bwrap's version, or why the
 /// sandbox cannot run here.
 fn try_sandbox(bwrap: &Path) -> Result<String, String> {
-    let version = super::process::run_bounded(bwrap, &["--version"], Duration::from_secs(10), false)
+    let version = run_bounded(bwrap, &["--version"], Duration::from_secs(10), Vec::new())
         .map_err(|e| format!("{} cannot be run: {e}; {INSTALL_HINT}", bwrap.display()))?;
     let args = trial_args(&[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    super::process::run_bounded(bwrap, &args, Duration::from_secs(10), false)
-        .map_err(|e| format!("{} cannot start a sandbox ({}): {USERNS_HINT}", bwrap.display(), e.trim()))?;
+    run_bounded(bwrap, &args, Duration::from_secs(10), Vec::new())
+        .map_err(|e| format!("{} cannot start a sandbox ({}): {USERNS_HINT}", bwrap.display(), e.to_string().trim()))?;
     Ok(version.trim().trim_start_matches("bubblewrap").trim().to_owned())
 }
 
@@ -680,9 +687,11 @@ fn try_seccomp(bwrap: &Path) -> Result<(), String> {
     }
     let args = trial_args(&["--seccomp", &SECCOMP_FD.to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    super::process::run_bounded(bwrap, &args, Duration::from_secs(10), true)
+    let filter = super::seccomp::program_pipe()
+        .map_err(|e| format!("{} cannot load the seccomp filter ({e})", bwrap.display()))?;
+    run_bounded(bwrap, &args, Duration::from_secs(10), vec![(filter, SECCOMP_FD)])
         .map(|_| ())
-        .map_err(|e| format!("{} cannot load the seccomp filter ({})", bwrap.display(), e.trim()))
+        .map_err(|e| format!("{} cannot load the seccomp filter ({})", bwrap.display(), e.to_string().trim()))
 }
 
 /// The bridge's private paths and the user's session sockets, plus the operator's, that exist

@@ -120,6 +120,19 @@ pub fn program() -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// The program in a pipe, as bwrap reads it (`--seccomp FD`): the read end, the whole program
+/// in it, its write end closed.
+pub fn program_pipe() -> std::io::Result<std::os::fd::OwnedFd> {
+    let program = program().ok_or_else(|| std::io::Error::other("no seccomp filter here"))?;
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // 104 bytes into an empty pipe: the write is whole and never blocks.
+    let written = nix::unistd::write(&write, &program)?;
+    if written != program.len() {
+        return Err(std::io::Error::other("the seccomp filter was not written whole"));
+    }
+    Ok(read)
+}
+
 #[cfg(test)]
 #[allow(clippy::disallowed_types, reason = "the test runs python3 under the filter")]
 mod tests {
@@ -148,7 +161,10 @@ except OSError as e:
 print(" ".join(out))
 "#;
 
-    #[allow(unsafe_code)]
+    #[expect(
+        unsafe_code,
+        reason = "the test installs the filter itself between fork and exec: PR_SET_SECCOMP, which nix does not wrap"
+    )]
     fn probe(filtered: bool) -> String {
         use std::os::unix::process::CommandExt;
         let program = instructions().expect("a filter for this architecture");

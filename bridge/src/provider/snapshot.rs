@@ -9,10 +9,6 @@
 //! one (unchanged files are not hashed again); its `info/exclude` is honoured. Outside git the
 //! same private store holds the baseline's contents. Every run is bounded in time, its outputs
 //! in size, and the private store in bytes.
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the private snapshot directory is prepared and measured on a blocking thread"
-)]
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -28,6 +24,10 @@ pub const PATCH_LIMIT: usize = 8 * 1024 * 1024;
 const REPLACED: &str = "the snapshot directory was replaced since the baseline: nothing in it is trusted";
 
 /// A directory's device and inode (the path itself not followed). Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
 fn identity(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir()).map(|m| (m.dev(), m.ino()))
@@ -288,6 +288,10 @@ struct Repo {
 /// The git directories of a work tree whose top is `root`: `.git` as a directory, or as a
 /// `gitdir:` file (a linked worktree or a submodule), with `commondir` followed. Only paths are
 /// read here; the repository's files are read by git inside the sandbox.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
 fn git_dirs(root: &Path) -> Option<Repo> {
     let dotgit = root.join(".git");
     let meta = std::fs::symlink_metadata(&dotgit).ok()?;
@@ -313,6 +317,10 @@ fn git_dirs(root: &Path) -> Option<Repo> {
 
 /// The text of a small regular file (not a symlink, a FIFO or a device: an agent may have
 /// planted any of them), at most 4 KiB.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
 fn small_file(path: &Path) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
@@ -333,6 +341,10 @@ fn small_file(path: &Path) -> Option<String> {
 /// Creates the private directory and its empty repository (HEAD, refs, objects and, in a git
 /// work tree, the alternate that names the repository's objects); returns the workdir's
 /// canonical root. Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
 fn prepare(dir: &Path, root: &Path) -> Result<(PathBuf, Option<Repo>), String> {
     let failed = |what: &str| format!("the snapshot directory could not be prepared ({what})");
     let root = root.canonicalize().map_err(|_| "the workdir cannot be resolved".to_owned())?;
@@ -356,6 +368,10 @@ fn prepare(dir: &Path, root: &Path) -> Result<(PathBuf, Option<Repo>), String> {
 }
 
 /// Reads at most `limit` bytes of `path`; the flag says there was more. Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
 fn read_bounded(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|_| "git left no output".to_owned())?;
@@ -367,6 +383,10 @@ fn read_bounded(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
 }
 
 /// The bytes under `dir` (files only, symlinks not followed). Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
 fn dir_size(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_owned()];
@@ -384,6 +404,10 @@ fn dir_size(dir: &Path) -> u64 {
 }
 
 /// Removes a task's private snapshot directory. Blocking.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the private snapshot directory is prepared and measured on a blocking thread"
+)]
 pub fn remove(dir: &Path) {
     if let Err(e) = std::fs::remove_dir_all(dir)
         && e.kind() != std::io::ErrorKind::NotFound

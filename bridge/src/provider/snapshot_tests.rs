@@ -13,7 +13,7 @@ use crate::tasks::changes::{self, ChangeSet};
 use crate::tasks::redact::Redactor;
 
 pub(in crate::provider) fn git_bin() -> Option<PathBuf> {
-    let found = super::super::probe::which("git", std::env::var_os("PATH").as_deref());
+    let found = super::super::env::which("git", std::env::var_os("PATH").as_deref());
     if found.is_none() {
         assert!(std::env::var_os("CI").is_none(), "git is required in CI");
         #[allow(clippy::print_stderr, reason = "a skipped test says so loudly")]

@@ -4,7 +4,7 @@
 //!
 //! bwrap's own `--die-with-parent` arms the signal only once bwrap runs, and after `fork` the
 //! kernel sends it only if the parent dies *after* it was armed: a bridge killed between its
-//! `fork` and bwrap's `prctl` left a sandbox that nobody would ever stop (issue 33). Here the
+//! `fork` and bwrap's `prctl` left a sandbox that nobody would ever stop. Here the
 //! child arms `SIGKILL` first, then compares its parent with the bridge's pid taken before the
 //! fork, and exits at once when they differ (the bridge died before the signal was armed).
 //!
@@ -114,38 +114,49 @@ pub fn test_hook(kind: SpawnKind) -> Option<TestHook> {
     }
 }
 
-/// Makes `cmd`'s child arm `SIGKILL` as its parent-death signal before anything else runs in
-/// it (register this hook first), and exit at once when the bridge is already gone. Must be
-/// called on the thread that spawns: the kernel sends the signal when *that thread* ends (a
-/// runtime worker, or a blocking thread that waits for the child).
-#[allow(unsafe_code)]
-#[expect(clippy::disallowed_types, reason = "it configures the command that provider::process builds and spawns")]
-pub fn tether(cmd: &mut std::process::Command, kind: SpawnKind) {
-    let hook = test_hook(kind);
-    if hook == Some(TestHook::Untethered) {
-        return;
-    }
-    let pause = match hook {
-        Some(TestHook::Pause(d)) => {
-            Some(nix::libc::timespec { tv_sec: d.as_secs() as nix::libc::time_t, tv_nsec: d.subsec_nanos().into() })
+/// What a child does to tie itself to the bridge, in the child between fork and exec
+/// ([`Tether::arm`], the spawner's first hook).
+#[derive(Debug, Clone, Copy)]
+pub struct Tether {
+    /// The debug build's pause before anything is armed.
+    pause: Option<nix::sys::time::TimeSpec>,
+    /// The bridge's pid, taken before the fork.
+    bridge: nix::unistd::Pid,
+}
+
+impl Tether {
+    /// The tether for a child of `kind`, or `None` when the debug build's test hook leaves it
+    /// untethered. Must be taken on the thread that spawns: the kernel sends the signal when
+    /// *that thread* ends (a runtime worker, or a blocking thread that waits for the child).
+    pub fn for_kind(kind: SpawnKind) -> Option<Tether> {
+        let hook = test_hook(kind);
+        if hook == Some(TestHook::Untethered) {
+            return None;
         }
-        _ => None,
-    };
-    let bridge = nix::unistd::getpid();
-    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls
-    // (nanosleep, prctl, getppid) on values copied in before the fork.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
-            if let Some(pause) = pause {
-                nix::libc::nanosleep(&pause, std::ptr::null_mut());
-            }
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            if nix::unistd::getppid() != bridge {
-                // The bridge died before the signal was armed: nothing must run.
-                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
-            }
-            Ok(())
-        });
+        let pause = match hook {
+            Some(TestHook::Pause(d)) => Some(nix::sys::time::TimeSpec::from(d)),
+            _ => None,
+        };
+        Some(Tether { pause, bridge: nix::unistd::getpid() })
+    }
+
+    /// Arms `SIGKILL` as the calling process's parent-death signal, and fails (the spawn with
+    /// it: nothing runs) when the bridge is already gone. Only async-signal-safe system calls
+    /// (clock_nanosleep, prctl, getppid): it runs in the child between fork and exec.
+    pub fn arm(&self) -> std::io::Result<()> {
+        if let Some(pause) = &self.pause {
+            let _ = nix::time::clock_nanosleep(
+                nix::time::ClockId::CLOCK_MONOTONIC,
+                nix::time::ClockNanosleepFlags::empty(),
+                pause,
+            );
+        }
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+        if nix::unistd::getppid() != self.bridge {
+            // The bridge died before the signal was armed: nothing must run.
+            return Err(nix::errno::Errno::ESRCH.into());
+        }
+        Ok(())
     }
 }
 
@@ -163,38 +174,6 @@ mod tests {
         for bad in ["agent", "shell:pause=1", "probe:pause=", "probe:pause=-1", "probe:pause=60001", "agent:loose"] {
             assert!(parse_test_hook(bad).is_err(), "{bad} was accepted");
         }
-    }
-
-    /// The kernel sends the signal when the thread that spawned the child ends: of two
-    /// children of one thread that then returns, the tethered one is killed, the other lives on
-    /// (the kernel signals a thread's children in one pass as it ends).
-    #[test]
-    #[allow(clippy::disallowed_types, reason = "the test spawns its own children")]
-    fn a_tethered_child_dies_with_the_thread_that_started_it() {
-        use nix::sys::signal::Signal;
-        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-        let sleep = |tethered: bool| {
-            let mut cmd = std::process::Command::new("sleep");
-            cmd.arg("30");
-            if tethered {
-                tether(&mut cmd, SpawnKind::Probe);
-            }
-            nix::unistd::Pid::from_raw(cmd.spawn().expect("spawn sleep").id() as i32)
-        };
-        let (tethered, loose) =
-            std::thread::spawn(move || (sleep(true), sleep(false))).join().expect("the spawning thread");
-        assert_eq!(
-            waitpid(tethered, None).expect("wait"),
-            WaitStatus::Signaled(tethered, Signal::SIGKILL, false),
-            "killed when its thread ended"
-        );
-        assert_eq!(
-            waitpid(loose, Some(WaitPidFlag::WNOHANG)).expect("wait"),
-            WaitStatus::StillAlive,
-            "an untethered child outlives the thread"
-        );
-        nix::sys::signal::kill(loose, Signal::SIGKILL).expect("kill");
-        waitpid(loose, None).expect("reap");
     }
 
     #[test]

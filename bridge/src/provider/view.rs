@@ -13,11 +13,6 @@
 //! private `$HOME`, a workdir inside the private `/tmp`, a writable cache inside a read-only
 //! tree) is mounted over its parent's.
 
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the view is decided at start and per spawn on a blocking thread (Containment::wrap runs there)"
-)]
-
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -37,6 +32,7 @@ pub enum SystemEntry {
 }
 
 /// The system part of every view, from this host. Blocking (reads a few links).
+#[expect(clippy::disallowed_methods, reason = "decided once at start, on a blocking thread")]
 pub fn system() -> Vec<SystemEntry> {
     let mut entries = Vec::new();
     for dir in SYSTEM {
@@ -217,6 +213,7 @@ fn narrow(tree: Option<PathBuf>, file: &Path, refuse: &dyn Fn(&Path) -> bool) ->
 
 /// The interpreter a script's `#!` line names: the path itself, or `NAME` looked up on
 /// `path_var` for `/usr/bin/env NAME`.
+#[expect(clippy::disallowed_methods, reason = "called by Containment::wrap, on its blocking thread")]
 fn interpreter(program: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     use std::io::Read;
     let mut head = [0u8; 256];
@@ -227,13 +224,44 @@ fn interpreter(program: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<Pat
     let first = words.next()?;
     if Path::new(first).file_name().is_some_and(|n| n == "env") {
         let name = words.find(|w| !w.starts_with('-'))?;
-        super::probe::which(name, path_var)
+        super::env::which(name, path_var)
     } else {
         Some(PathBuf::from(first))
     }
 }
 
+/// What a worktree task's own sandbox holds of its repository (besides its worktree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeGit {
+    /// The checkout the worktree belongs to: the workdir's policy (its paths, its hosts) is
+    /// looked up by it. Not in the view.
+    pub checkout: PathBuf,
+    /// The repository's common git directory: read-only.
+    pub common: PathBuf,
+    /// The worktree's own entry (`<common>/worktrees/<task>`: its `HEAD`, index): read-write.
+    pub entry: PathBuf,
+    /// The private object directory the task's git writes to: read-write.
+    pub objects: PathBuf,
+}
+
+impl TreeGit {
+    /// The environment that sends the task's new objects to its private directory (and keeps
+    /// git from packing the repository's refs or objects, which it could not write anyway).
+    pub fn env(&self) -> [(OsString, OsString); 7] {
+        [
+            ("GIT_OBJECT_DIRECTORY".into(), self.objects.clone().into_os_string()),
+            ("GIT_ALTERNATE_OBJECT_DIRECTORIES".into(), self.common.join("objects").into_os_string()),
+            ("GIT_CONFIG_COUNT".into(), "2".into()),
+            ("GIT_CONFIG_KEY_0".into(), "gc.auto".into()),
+            ("GIT_CONFIG_VALUE_0".into(), "0".into()),
+            ("GIT_CONFIG_KEY_1".into(), "maintenance.auto".into()),
+            ("GIT_CONFIG_VALUE_1".into(), "false".into()),
+        ]
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "the tests set up their own files and processes")]
 mod tests {
     use super::*;
 

@@ -11,10 +11,6 @@
 //! every object's name against its content), checked to be complete, and only then is the
 //! branch moved, from the tip it had when the task started (a branch someone else moved
 //! meanwhile is left alone and the worktree kept).
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the repository's paths are read and the private directories made on a blocking thread"
-)]
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -23,6 +19,7 @@ use std::time::Duration;
 use super::gitrun::{Failed, GitRun};
 use super::sandbox::Containment;
 use super::tether::SpawnKind;
+pub use super::view::TreeGit;
 use crate::store::worktrees::BranchSize;
 
 /// How long one run may take (a checkout of a large repository takes a while).
@@ -86,6 +83,7 @@ pub struct Repo {
 
 /// The repository of the checkout whose top is `top`, if `top` is the top of a git work tree
 /// (its `.git` is a directory, or a `gitdir:` file). Blocking.
+#[expect(clippy::disallowed_methods, reason = "blocking by contract: its callers run it on a blocking thread")]
 pub fn repo_of(top: &Path) -> Option<Repo> {
     let top = top.canonicalize().ok()?;
     let dotgit = top.join(".git");
@@ -104,36 +102,6 @@ pub fn repo_of(top: &Path) -> Option<Repo> {
         _ => gitdir,
     };
     (common.join("objects").is_dir() && common.join("refs").is_dir()).then_some(Repo { top, common })
-}
-
-/// What a worktree task's own sandbox holds of its repository (besides its worktree).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TreeGit {
-    /// The checkout the worktree belongs to: the workdir's policy (its paths, its hosts) is
-    /// looked up by it. Not in the view.
-    pub checkout: PathBuf,
-    /// The repository's common git directory: read-only.
-    pub common: PathBuf,
-    /// The worktree's own entry (`<common>/worktrees/<task>`: its `HEAD`, index): read-write.
-    pub entry: PathBuf,
-    /// The private object directory the task's git writes to: read-write.
-    pub objects: PathBuf,
-}
-
-impl TreeGit {
-    /// The environment that sends the task's new objects to its private directory (and keeps
-    /// git from packing the repository's refs or objects, which it could not write anyway).
-    pub fn env(&self) -> [(OsString, OsString); 7] {
-        [
-            ("GIT_OBJECT_DIRECTORY".into(), self.objects.clone().into_os_string()),
-            ("GIT_ALTERNATE_OBJECT_DIRECTORIES".into(), self.common.join("objects").into_os_string()),
-            ("GIT_CONFIG_COUNT".into(), "2".into()),
-            ("GIT_CONFIG_KEY_0".into(), "gc.auto".into()),
-            ("GIT_CONFIG_VALUE_0".into(), "0".into()),
-            ("GIT_CONFIG_KEY_1".into(), "maintenance.auto".into()),
-            ("GIT_CONFIG_VALUE_1".into(), "false".into()),
-        ]
-    }
 }
 
 /// Why a worktree step failed: caller-safe text (no host path) and git's own line for the log.
@@ -313,6 +281,7 @@ impl Worktrees {
 
     /// Makes `task_id`'s worktree of the checkout `top`, detached at the tip of `branch` (made
     /// from `start` first when it is new), and its private object directory.
+    #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
     pub async fn create(
         &self,
         task_id: &str,
@@ -417,6 +386,7 @@ impl Worktrees {
     }
 
     /// The task ids that have a worktree directory under the state directory.
+    #[expect(clippy::disallowed_methods, reason = "inside spawn_blocking")]
     pub async fn trees(&self) -> Vec<String> {
         let root = self.root.clone();
         let listed = tokio::task::spawn_blocking(move || {

@@ -2,7 +2,6 @@
 //! ignored files it names — a `.env`, a local config — are copied from the user's checkout into
 //! a new worktree, which git alone would leave without them. Bounded in count and bytes;
 //! only regular files are copied, and never through a symbolic link on either side.
-#![allow(clippy::disallowed_methods, reason = "the files are copied on a blocking thread, away from the reactor")]
 
 use std::path::{Component, Path, PathBuf};
 
@@ -37,6 +36,7 @@ fn relative(entry: &[u8]) -> Option<PathBuf> {
 }
 
 /// Whether every directory from `root` down to `path`'s parent is a real directory (no link).
+#[expect(clippy::disallowed_methods, reason = "the files are copied on a blocking thread, away from the reactor")]
 fn no_link_between(root: &Path, path: &Path) -> bool {
     let mut at = root.to_path_buf();
     let Some(parent) = path.parent() else { return true };
@@ -53,6 +53,7 @@ fn no_link_between(root: &Path, path: &Path) -> bool {
 
 /// Copies `listed` (NUL-separated paths, a last one without its NUL being cut) from `top`
 /// into `tree`, within the bounds. Blocking.
+#[expect(clippy::disallowed_methods, reason = "the files are copied on a blocking thread, away from the reactor")]
 fn copy(top: &Path, tree: &Path, listed: &[u8]) -> Included {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut done = Included::default();
@@ -129,6 +130,7 @@ impl Worktrees {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "the tests set up their own files and processes")]
 mod tests {
     use super::*;
 

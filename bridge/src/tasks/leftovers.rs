@@ -12,7 +12,7 @@ use super::{Inner, TaskService};
 use crate::error::code;
 use crate::model::AuditOutcome;
 use crate::provider::leftovers::{self, Leftover, Scope};
-use crate::provider::process::ProofMaterial;
+use crate::provider::supervise::ProofMaterial;
 use crate::store::audit::AuditRow;
 use crate::store::events::NewEvent;
 

@@ -14,7 +14,7 @@ use super::redact::Redactor;
 use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_EVENTS_PER_TASK, MAX_TEXT_BYTES, recovery, results};
 use crate::error::code;
 use crate::model::{InteractionKind, TaskStatus};
-use crate::provider::process::StopProof;
+use crate::provider::supervise::StopProof;
 use crate::provider::{ProviderCommand, ProviderEvent, Session, StartSpec, TurnOutcome};
 use crate::store::events::NewEvent;
 use crate::store::interactions::NewInteraction;
