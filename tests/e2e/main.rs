@@ -46,4 +46,5 @@ mod socket_bounds;
 mod tasks;
 mod tidy;
 mod validation;
+mod waivers;
 mod worktrees;
