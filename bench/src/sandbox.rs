@@ -1,4 +1,4 @@
-//! The sandbox benchmark (issue 29): what least privilege costs a task, as ratios in one run.
+//! The sandbox benchmark: what least privilege costs a task, as ratios in one run.
 //! Three layouts of the real bridge (fake runtime), side by side: `proxy` (the task sandbox
 //! with its own network namespace, egress gate and relay: the default), `host` (the same
 //! sandbox on the host's network: `SERVERFS_AGENT_EGRESS=host`) and `none`
@@ -14,7 +14,7 @@
 //! default sandbox.
 //!
 //! Run: `cargo build --release -p agent-bridge && cargo run --release -p bench --bin sandbox`.
-//! Aims (issue 29): ≤ 50 ms more per task start than `host`, ≤ 1 ms more per proxied request.
+//! Aims: ≤ 50 ms more per task start than `host`, ≤ 1 ms more per proxied request.
 #![allow(
     clippy::disallowed_methods,
     clippy::disallowed_types,
@@ -49,7 +49,7 @@ struct Args {
     #[arg(long, default_value_t = 8)]
     running: usize,
     /// An `agent-bridge` of an earlier build, measured as a fourth layout `before` with its own
-    /// default sandbox (e.g. the build before issue 29: the host's filesystem and network).
+    /// default sandbox (e.g. a build from before the sandbox: the host's filesystem and network).
     #[arg(long)]
     before: Option<std::path::PathBuf>,
     #[command(flatten)]

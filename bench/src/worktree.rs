@@ -1,4 +1,4 @@
-//! The worktree benchmark (issue 30): what a task's own worktree costs on a big repository, as
+//! The worktree benchmark: what a task's own worktree costs on a big repository, as
 //! ratios in one run. On a generated git repository (`--files` files of `--file-bytes` bytes,
 //! 100,000 by default, in directories of 500), against the real bridge (fake runtime, default
 //! sandbox):
@@ -11,7 +11,7 @@
 //!   private objects, against the checkout's own files.
 //!
 //! Run: `cargo build --release -p agent-bridge && cargo run --release -p bench --bin worktree`.
-//! Aim (issue 32): a worktree task's start ≤ 1.5× `git worktree add` alone.
+//! Aim: a worktree task's start ≤ 1.5× `git worktree add` alone.
 #![allow(
     clippy::disallowed_methods,
     clippy::disallowed_types,

@@ -1,4 +1,4 @@
-// Test authorization server for issue 13: the npm `oidc-provider` on 127.0.0.1, issuing RS256 JWT access tokens for a resource.
+// Test authorization server: the npm `oidc-provider` on 127.0.0.1, issuing RS256 JWT access tokens for a resource.
 //
 //   node tests/oauth/idp.mjs --resource http://127.0.0.1:PORT/mcp-oauth [--resource URL2 ...] [--port 0] [--ttl 600]
 //                            [--access-token-format jwt|opaque]

@@ -189,7 +189,7 @@ fn read_sandbox(reader: &mut Reader<'_>) -> Option<SandboxSettings> {
     })
 }
 
-/// Reads the lifecycle limits (seed 001 §4) and the result spool threshold.
+/// Reads the lifecycle limits and the result spool threshold.
 fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
     let task_timeout = reader.positive("SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", MAX_SECONDS);
     let interaction = reader.positive("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", MAX_SECONDS);

@@ -282,7 +282,7 @@ pub fn default_board_addr() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], 7878))
 }
 
-/// Lifecycle limits (seed 001 §4) and the result spool threshold.
+/// Lifecycle limits and the result spool threshold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {

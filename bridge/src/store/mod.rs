@@ -3,8 +3,7 @@
 //! One writer connection (every write is one `BEGIN IMMEDIATE` transaction, so checks and
 //! updates are atomic) and a small pool of reader connections; WAL mode lets readers run
 //! beside the writer. rusqlite blocks, so async callers go through [`Store::call`], which runs
-//! the work on the store's own threads (`workers.rs`) and never on the reactor (DESIGN §2
-//! invariant 6).
+//! the work on the store's own threads (`workers.rs`) and never on the reactor.
 //!
 //! Files: the state directory must be a private (0700) directory owned by the bridge user;
 //! a directory with broader permissions is refused, never chmod-ed. The database is created

@@ -44,7 +44,7 @@ fn count(store: &Store, table: &str) -> i64 {
     store.read(|c| Ok(c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?)).unwrap()
 }
 
-/// Seed 002 §7.1 and §7.4: a plan filed by a session waits (`approved_at` NULL); one the local
+/// A plan filed by a session waits (`approved_at` NULL); one the local
 /// operator files is approved at creation (`approved_at = created_at`).
 #[test]
 fn a_session_plan_waits_and_an_operator_plan_is_approved_at_creation() {
@@ -61,7 +61,7 @@ fn a_session_plan_waits_and_an_operator_plan_is_approved_at_creation() {
     assert_eq!(store.get_plan_with_steps("pln_1").unwrap().unwrap().1.len(), 2);
 }
 
-/// Seed 002 §7.2: no step of an unapproved plan can even be marked as starting.
+/// No step of an unapproved plan can even be marked as starting.
 #[test]
 fn no_step_of_an_unapproved_plan_starts() {
     let (_dir, store) = open();
@@ -77,7 +77,7 @@ fn no_step_of_an_unapproved_plan_starts() {
     assert!(matches!(store.start_step("pln_1", 1, 3_003), Err(StoreError::StepState { .. })), "once only");
 }
 
-/// Seed 002 §7.5: a step the schema refuses rolls the whole plan back.
+/// A step the schema refuses rolls the whole plan back.
 #[test]
 fn an_invalid_step_creates_nothing() {
     let (_dir, store) = open();

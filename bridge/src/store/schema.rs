@@ -100,7 +100,7 @@ CREATE TABLE recovery_guards (
 );
 "#;
 
-/// Migration 2 (seed 001 §8): retry-safe submission. Existing rows keep NULL keys and
+/// Migration 2: retry-safe submission. Existing rows keep NULL keys and
 /// fingerprints; the partial unique index allows any number of NULLs.
 const V2_IDEMPOTENCY: &str = r#"
 ALTER TABLE tasks ADD COLUMN idempotency_key TEXT;
@@ -117,7 +117,7 @@ ALTER TABLE recovery_guards ADD COLUMN proof_json TEXT;
 ALTER TABLE audit_log ADD COLUMN plan_id TEXT;
 "#;
 
-/// Migration 4 (seed 002 §3): human-approved plans and the board's login tokens.
+/// Migration 4: human-approved plans and the board's login tokens.
 ///
 /// Purely additive: three new tables and their indexes; no existing row changes. The seed's
 /// backfill (every plan that existed before the approval gate counts as approved) has nothing
@@ -183,7 +183,7 @@ CREATE TABLE board_tokens (
 );
 "#;
 
-/// Migration 5 (issue 11 §3): audit rows under floods.
+/// Migration 5: audit rows under floods.
 ///
 /// `call_count` is how many calls a row stands for: 1 for every row written before (each was
 /// one call), more for a coalesced row of unauthenticated calls. `coalesce_key` names such a
@@ -196,7 +196,7 @@ ALTER TABLE audit_log ADD COLUMN coalesce_key TEXT;
 CREATE UNIQUE INDEX audit_by_coalesce_key ON audit_log(coalesce_key) WHERE coalesce_key IS NOT NULL;
 "#;
 
-/// Migration 6 (issue 14): the notification outbox, its delivery attempts and action links.
+/// Migration 6: the notification outbox, its delivery attempts and action links.
 ///
 /// A row of `notify_outbox` is one notification to one target, written in the transaction of
 /// the state change it reports; `dedupe_key` makes a second write of the same fact a no-op.
@@ -252,7 +252,7 @@ CREATE TABLE action_links (
 CREATE INDEX action_links_by_task ON action_links(task_id);
 "#;
 
-/// Migration 7 (issue 15): review and accounting. A task's title (the first line of its prompt,
+/// Migration 7: review and accounting. A task's title (the first line of its prompt,
 /// shortened), its token usage and cost as the runtime reported them (NULL: nothing reported,
 /// never a made-up zero), and its change set: one row per task, deleted with it. The diff is
 /// inline up to the spool threshold, else in a private spool file the row names by size and
@@ -285,7 +285,7 @@ CREATE TABLE task_changes (
 );
 "#;
 
-/// Migration 8 (issue 30): worktree tasks. One row per task that works in a git worktree of its
+/// Migration 8: worktree tasks. One row per task that works in a git worktree of its
 /// own: its branch (shared by its continuations and a plan's steps), where the branch started,
 /// where the task found and left it, and what became of it. New table only; tasks from before
 /// worked in place and have no row.

@@ -1,5 +1,5 @@
-//! The store's own threads: every async store call runs on one of them, never on the reactor
-//! (DESIGN §2 invariant 6), and a burst of calls costs one wake-up, not one each.
+//! The store's own threads: every async store call runs on one of them, never on the reactor,
+//! and a burst of calls costs one wake-up, not one each.
 //!
 //! tokio's blocking pool wakes a thread per call (and, with calls arriving together, a
 //! different thread for each), so a 5 µs read cost two thread switches and a few futex calls —

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::provider::events::{self, Item, Items};
 use crate::provider::io::{clip, clip_tail};
 
-/// The four server requests the bridge relays to a human (DESIGN §9).
+/// The four server requests the bridge relays to a human.
 pub const COMMAND_APPROVAL: &str = "item/commandExecution/requestApproval";
 /// See [`COMMAND_APPROVAL`].
 pub const FILE_APPROVAL: &str = "item/fileChange/requestApproval";
