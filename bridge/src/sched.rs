@@ -25,6 +25,9 @@ use nix::libc;
 /// `SCHED_BATCH` for the calling thread (for `on_thread_start`). A refusal (a seccomp
 /// profile, say) is logged once and changes nothing else: the daemon runs as before.
 pub fn batch_this_thread() {
+    if cfg!(feature = "bench-normal-sched") {
+        return;
+    }
     static WARNED: AtomicBool = AtomicBool::new(false);
     if let Err(e) = set_policy(libc::SCHED_BATCH)
         && !WARNED.swap(true, Ordering::Relaxed)

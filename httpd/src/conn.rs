@@ -84,6 +84,9 @@ impl ConnState {
     /// hyper's read found nothing to read: when that is the wait for a next request (every
     /// answer written and flushed, every request body read), it may be taken apart.
     fn read_pending(&self) {
+        if cfg!(feature = "bench-no-parking") {
+            return;
+        }
         let mut t = self.timers();
         if t.active == 0 && t.head_since.is_none() && t.unread_bodies == 0 && !t.unflushed && !t.parked {
             t.parked = true;

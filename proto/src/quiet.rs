@@ -32,7 +32,10 @@ impl QuietStream {
     /// Takes over `stream` (from here on, its readiness comes from this registration).
     pub fn new(stream: tokio::net::UnixStream) -> io::Result<QuietStream> {
         let std = stream.into_std()?;
-        Ok(QuietStream { io: Some(registered(std, Interest::READABLE)?), writable: false, reader: None })
+        // The benchmark's switch: registered for both directions for good, as tokio registers.
+        let plain = cfg!(feature = "bench-plain-sockets");
+        let interest = if plain { Interest::READABLE.add(Interest::WRITABLE) } else { Interest::READABLE };
+        Ok(QuietStream { io: Some(registered(std, interest)?), writable: plain, reader: None })
     }
 
     fn fd(&self) -> io::Result<&AsyncFd<StdStream>> {
@@ -101,7 +104,7 @@ impl AsyncWrite for QuietStream {
         loop {
             match this.fd()?.get_ref().write(data) {
                 Ok(n) => {
-                    if this.writable {
+                    if this.writable && !cfg!(feature = "bench-plain-sockets") {
                         this.register(false)?;
                     }
                     return Poll::Ready(Ok(n));
