@@ -26,7 +26,7 @@ use crate::oauth;
 
 /// The whole application for `config`; `shutdown` ends in-flight MCP requests when cancelled.
 pub fn router(config: &Config, shutdown: &CancellationToken) -> Router {
-    router_with(config, shutdown, !cfg!(feature = "bench-no-direct"))
+    router_with(config, shutdown, true)
 }
 
 /// [`router`], choosing whether eligible tool calls are answered directly
