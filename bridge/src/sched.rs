@@ -7,9 +7,13 @@
 //! thread, and each hand-off costs a switch. `SCHED_BATCH` keeps the normal policy's fair
 //! share and priority but lets a woken thread wait for the running one to block or use up its
 //! slice: the bridge then reads the lines that came meanwhile in one go, and a store thread
-//! finishes the calls queued to it before the reactor runs. Issue 17's benchmark measured
-//! about a fifth less CPU per call with p99 still under 2 ms (`bench/README.md`, where the
-//! time goes).
+//! finishes the calls queued to it before the reactor runs.
+//!
+//! What it saves, measured by the calls benchmark (`bench/README.md`, custom machinery; release,
+//! 16 connections, front and bridge on one CPU, 2026-12-06): with the normal policy instead,
+//! 11 % and 15 % fewer calls/s and 12 % and 19 % more CPU per call in two runs (the bridge's own
+//! share 1.20× and 1.29×), p99 1.9 → 2.3–2.5 ms.
+//!
 //! Only the runtime's threads take it (set as each starts); the store's threads set the normal
 //! policy as they start ([`normal_policy`]; a thread inherits its creator's, and a store thread
 //! may be started from a runtime thread), so a read starts as soon as it is queued.

@@ -17,12 +17,12 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::envelope::{RawResponse, Request, Response};
 use crate::framing::{Line, read_line};
-use crate::quiet::QuietStream;
 use crate::{MAX_LINE_BYTES, codes};
 
 /// Why a call did not produce a result.
@@ -67,8 +67,8 @@ fn next_request_id() -> String {
 
 /// One open connection to the bridge; calls on it are sequential.
 pub struct Connection {
-    reader: BufReader<ReadHalf<QuietStream>>,
-    writer: WriteHalf<QuietStream>,
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
     buf: Vec<u8>,
 }
 
@@ -78,9 +78,7 @@ impl Connection {
         let stream = UnixStream::connect(path)
             .await
             .map_err(|e| CallError::Unavailable(format!("cannot connect to the bridge socket: {e}")))?;
-        let stream = QuietStream::new(stream)
-            .map_err(|e| CallError::Unavailable(format!("cannot register the bridge socket: {e}")))?;
-        let (read, writer) = tokio::io::split(stream);
+        let (read, writer) = stream.into_split();
         Ok(Connection { reader: BufReader::new(read), writer, buf: Vec::new() })
     }
 

@@ -13,7 +13,6 @@ pub mod envelope;
 mod envelope_fuzz;
 pub mod framing;
 pub mod methods;
-pub mod quiet;
 
 /// The protocol version every request must carry; a request with any other value is refused
 /// with [`codes::PROTOCOL_VERSION_UNSUPPORTED`].

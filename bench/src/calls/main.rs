@@ -21,6 +21,7 @@ mod compare;
 mod cpu;
 mod floors;
 mod guard;
+mod idle;
 mod load;
 mod report;
 mod retained;
@@ -91,7 +92,7 @@ pub struct SetupArgs {
     #[command(flatten)]
     bins: bins::BinArgs,
     /// Another build's `agent-bridge`, measured as the target `before` by the full comparison
-    /// (with --before-front-bin).
+    /// (with --before-front-bin; the same as `--variant before=BRIDGE,FRONT`).
     #[arg(long, requires = "before_front_bin")]
     before_bridge_bin: Option<PathBuf>,
     /// Another build's `mcp-front`, measured as the target `before` by the full comparison
@@ -147,6 +148,15 @@ struct RunArgs {
     /// The reference's interpreter [default: .tools/oauth-venv/bin/python].
     #[arg(long)]
     python: Option<PathBuf>,
+    /// Another build of both, measured beside ours like ours, as `NAME=BRIDGE_BIN,FRONT_BIN`
+    /// (repeatable; never checked against today's sources); each is reported with its ratios to
+    /// ours.
+    #[arg(long = "variant", value_name = "NAME=BRIDGE_BIN,FRONT_BIN", value_parser = parse_variant)]
+    variants: Vec<(String, Bins)>,
+    /// After the runs, open this many kept-alive connections to each front (ours and the
+    /// variants), make one call on each and leave them idle, and report the front's RSS then.
+    #[arg(long, default_value_t = 0)]
+    idle_connections: usize,
     /// Also write the medians as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -206,18 +216,42 @@ impl Setup {
 }
 
 impl Setup {
-    /// The other build's binaries (`before`), as given: never checked against today's sources.
-    pub fn before_bins(&self) -> anyhow::Result<Bins> {
-        match (&self.args.before_bridge_bin, &self.args.before_front_bin) {
+    /// The other builds to measure beside ours: `before` (`--before-bridge-bin`,
+    /// `--before-front-bin`) and then `variants`, as given: never checked against today's
+    /// sources. Refuses a name taken by a target or another build.
+    pub fn variants(&self, variants: &[(String, Bins)]) -> anyhow::Result<Vec<(String, Bins)>> {
+        let before = match (&self.args.before_bridge_bin, &self.args.before_front_bin) {
             (Some(bridge), Some(front)) => {
-                for bin in [bridge, front] {
-                    anyhow::ensure!(bin.is_file(), "{} is not a file", bin.display());
-                }
-                Ok(Bins { bridge: bridge.clone(), front: front.clone() })
+                Some(("before".to_owned(), Bins { bridge: bridge.clone(), front: front.clone() }))
             }
-            _ => anyhow::bail!("the target before needs --before-bridge-bin and --before-front-bin"),
+            _ => None,
+        };
+        let all: Vec<(String, Bins)> = before.into_iter().chain(variants.iter().cloned()).collect();
+        for (i, (name, bins)) in all.iter().enumerate() {
+            anyhow::ensure!(
+                Target::ALL.iter().all(|t| t.name() != name) && all[..i].iter().all(|(n, _)| n != name),
+                "the build name {name:?} is taken (by a target or another build)"
+            );
+            for bin in [&bins.bridge, &bins.front] {
+                anyhow::ensure!(bin.is_file(), "{} is not a file", bin.display());
+            }
         }
+        Ok(all)
     }
+}
+
+/// `NAME=BRIDGE_BIN,FRONT_BIN`.
+fn parse_variant(text: &str) -> Result<(String, Bins), String> {
+    let (name, bins) = text.split_once('=').ok_or("say NAME=BRIDGE_BIN,FRONT_BIN")?;
+    let (bridge, front) = bins.split_once(',').ok_or("say NAME=BRIDGE_BIN,FRONT_BIN")?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if name.is_empty() || !name.chars().all(plain) {
+        return Err(format!("the name {name:?}: letters, digits, - and _ only"));
+    }
+    if bridge.is_empty() || front.is_empty() {
+        return Err("say NAME=BRIDGE_BIN,FRONT_BIN".into());
+    }
+    Ok((name.to_owned(), Bins { bridge: bridge.into(), front: front.into() }))
 }
 
 /// The build profile of this binary (and so the one whose baseline the guard reads).
@@ -278,12 +312,27 @@ async fn compare_main(args: RunArgs) -> anyhow::Result<bool> {
             setup.server_cpu, setup.load_cpu
         ));
     }
-    let before = args.setup.before_bridge_bin.is_some();
-    let mut targets: Vec<Target> =
-        Target::ALL.into_iter().filter(|t| args.targets.contains(t) || (before && *t == Target::Before)).collect();
+    let variants = setup.variants(&args.variants)?;
+    let mut targets: Vec<Target> = Target::ALL.into_iter().filter(|t| args.targets.contains(t)).collect();
     targets.retain(|t| !args.skip.contains(t));
     if args.skip.contains(&Target::Python) {
         say("!!! the Python reference is SKIPPED (--skip python): no ratio against it in this run !!!");
     }
-    compare::run(&setup, &targets, args.tasks, &args.load, args.json.as_deref()).await
+    let outputs = compare::Outputs { json: args.json.as_deref(), idle_connections: args.idle_connections };
+    compare::run(&setup, &targets, &variants, args.tasks, &args.load, outputs).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_variant_is_a_name_and_two_binaries() {
+        let (name, bins) = parse_variant("no-direct=/v/a/agent-bridge,/v/a/mcp-front").expect("a variant");
+        assert_eq!(name, "no-direct");
+        assert_eq!((bins.bridge, bins.front), (PathBuf::from("/v/a/agent-bridge"), PathBuf::from("/v/a/mcp-front")));
+        for bad in ["no-direct", "x=/a", "=/a,/b", "a b=/a,/b", "x=,/b", "x=/a,"] {
+            assert!(parse_variant(bad).is_err(), "{bad}");
+        }
+    }
 }

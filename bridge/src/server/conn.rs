@@ -71,14 +71,7 @@ async fn serve(
         span.record("pid", pid);
     }
     let mut peer = Peer::outside(cred.uid(), cred.gid());
-    let stream = match bridge_proto::quiet::QuietStream::new(stream) {
-        Ok(stream) => stream,
-        Err(e) => {
-            tracing::warn!(cause = %e, "cannot register the connection; closing");
-            return;
-        }
-    };
-    let (read, mut write) = tokio::io::split(stream);
+    let (read, mut write) = stream.into_split();
     if !policy.allows(&peer) {
         tracing::warn!(gid = peer.gid, "refused a peer");
         let refusal = Response::Err {
