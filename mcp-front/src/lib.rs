@@ -3,7 +3,7 @@
 //! It speaks MCP over Streamable HTTP (stateless, JSON responses, dual-era: `initialize` for
 //! 2025-03-26…2025-11-25 and `server/discover` for 2026-07-28) through `rmcp`, and turns each
 //! request into one call on the bridge's socket. It holds no state and no secret, never opens
-//! the database, never reads a workdir and never decides authorization (DESIGN §2 invariant 1):
+//! the database, never reads a workdir and never decides authorization:
 //! the caller's `Authorization` header goes to the bridge untouched.
 
 pub mod bridge;

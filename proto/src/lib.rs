@@ -1,6 +1,6 @@
 //! The agent-bridge socket protocol, shared by the bridge, its CLI and `mcp-front`.
 //!
-//! One request and one response per line of JSON over a Unix stream socket (DESIGN §5).
+//! One request and one response per line of JSON over a Unix stream socket.
 //! This crate owns the envelope (exact key sets), the stable error codes, the bounded line
 //! framing and the one client of the socket (a connection per call, or pooled). It knows
 //! nothing of tools: tool names, schemas and results are

@@ -310,6 +310,78 @@ fn no_document_cites_an_issue_a_design_section_or_a_seed() {
     );
 }
 
+/// The repository's code and scripts, for the citation rule: every source, script and
+/// fixture file outside build output and the tools' installs (this file holds its test data).
+fn code_and_scripts(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !matches!(name.as_str(), "target" | "node_modules" | ".runtimes" | ".tools" | ".git" | "docs") {
+                code_and_scripts(&path, out);
+            }
+        } else if path.parent().is_some_and(|p| p.file_name().is_some_and(|n| n == ".ci"))
+            || ["rs", "py", "mjs", "js", "sh", "toml", "yml", "json", "css", "html"]
+                .iter()
+                .any(|ext| path.extension().is_some_and(|x| x == *ext))
+            || name == "quickstart"
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// The citation rule for code, stricter about "seed" (a random seed is no citation): an
+/// issue number, a design-note section, a seed document (`seed 000`…`seed 002`).
+fn code_cites_the_unreadable(line: &str) -> bool {
+    let lower = line.to_lowercase();
+    let issue = lower.match_indices("issue").any(|(at, _)| {
+        let rest = lower[at + "issue".len()..].trim_start_matches(['s', ' ']);
+        rest.starts_with(|c: char| c.is_ascii_digit() || c == '#')
+    });
+    issue || lower.contains("design §") || lower.contains("design.md") || lower.contains("seed 00")
+}
+
+#[test]
+fn no_code_comment_or_script_cites_an_issue_a_design_section_or_a_seed() {
+    let root = root();
+    let mut files = Vec::new();
+    code_and_scripts(&root, &mut files);
+    assert!(files.len() > 200, "the walk found only {} files: is the root right?", files.len());
+    let this = root.join("tests/e2e/tidy.rs");
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| **f != this) {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            if code_cites_the_unreadable(line) {
+                found.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(&root).unwrap_or(file).display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "these lines cite what a reader of the repository does not have (an issue, a design-note \
+         section, a seed): say what is meant instead:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_code_citation_rule_sees_a_citation_and_not_a_random_seed() {
+    for cited in ["// measured in issue 17", "# (issue #31)", "/// DESIGN §10", "//! seed 001 §4"] {
+        assert!(code_cites_the_unreadable(cited), "{cited}");
+    }
+    for plain in ["let seed = 42;", "seeds 10,000 tasks", "an issuer's keys", "// the design of the board"] {
+        assert!(!code_cites_the_unreadable(plain), "{plain}");
+    }
+}
+
 #[test]
 fn the_citation_rule_sees_a_citation() {
     for cited in ["the code issue 17 started from", "(issue #31)", "see DESIGN §10", "DESIGN.md says", "seed 001 §4"]

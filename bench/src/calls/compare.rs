@@ -110,10 +110,7 @@ pub async fn run(
             .iter()
             .map(|(n, kib)| format!("{n} {} KiB ({:.1} MB)", grouped(*kib as f64), *kib as f64 * 1.024e-3))
             .collect();
-        say(&format!(
-            "idle RSS before the load: {} (issue 17 keeps bridge ≤ 15 MB, front ≤ 10 MB)\n",
-            shown.join(", ")
-        ));
+        say(&format!("idle RSS before the load: {} (the aim: bridge ≤ 15 MB, front ≤ 10 MB)\n", shown.join(", ")));
     }
     if let Some(text) = idle_report(&idle_rss, outputs.idle_connections) {
         say(&text);

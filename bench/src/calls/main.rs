@@ -1,4 +1,4 @@
-//! The `calls` benchmark (issue 17): what one `tools/call get_agent_task` costs through the real
+//! The `calls` benchmark: what one `tools/call get_agent_task` costs through the real
 //! `mcp-front` and `agent-bridge` — calls/s, p50, p99 and the servers' CPU per call read from
 //! `/proc` — with front and bridge pinned together to one CPU and the load generator on another,
 //! beside the Python reference stack and the floors (a fixed-reply HTTP server, a Unix-socket

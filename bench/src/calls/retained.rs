@@ -1,7 +1,7 @@
 //! `calls retained`: `get_agent_task` through front and bridge with 10 retained tasks and with
 //! `--tasks` (100,000), each stack seeded through the store's API (twenty events on every
 //! hundredth task) and loaded alike, the second cycling over all its tasks; CPU per call and p50
-//! of each, their ratio, and whether it is within issue 17's bound (≤ 1.2).
+//! of each, their ratio, and whether it is within the bound of 1.2× that retention may cost.
 
 use std::sync::Arc;
 
