@@ -4,28 +4,11 @@
 //! change in review. It reads the repository's files; it starts nothing.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::tidy::{root, rust_files};
 
 const LIST: &str = "tests/e2e/waivers.txt";
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root").to_owned()
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        if path.is_dir() {
-            if !matches!(name.to_string_lossy().as_ref(), "target" | "node_modules" | ".runtimes" | ".tools" | ".git") {
-                rust_files(&path, out);
-            }
-        } else if name.to_string_lossy().ends_with(".rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Whether a waiver covers a whole module (`#![…]`) or one item (`#[…]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

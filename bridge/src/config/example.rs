@@ -131,12 +131,17 @@ pub fn render() -> String {
     out
 }
 
+/// A timeout key's default with its unit (`h` for `_HOURS` keys, else `s`), or `off`.
+pub(super) fn timeout_default(key: &str) -> String {
+    let default = keys::lookup(key).and_then(|k| k.spec.default);
+    let unit = if key.ends_with("_HOURS") { "h" } else { "s" };
+    default.map_or("off".to_owned(), |d| format!("{d} {unit}"))
+}
+
 fn write_timeouts(w: &mut String) {
     let _ = writeln!(w, "# Five different timeouts (the first one is in the mcp-front section):");
     for (name, key, what) in TIMEOUTS {
-        let default = keys::lookup(key).and_then(|k| k.spec.default);
-        let unit = if key.ends_with("_HOURS") { "h" } else { "s" };
-        let default = default.map_or("off".to_owned(), |d| format!("{d} {unit}"));
+        let default = timeout_default(key);
         let _ = writeln!(w, "#   {name}: {what}\n#     {key}, default {default}");
     }
 }

@@ -7,8 +7,8 @@
 
 use std::fmt::Write as _;
 
-use super::example::{TIMEOUTS, heading};
-use super::keys::{self, FAMILIES, Group, KEYS, KeySpec, Owner};
+use super::example::{TIMEOUTS, heading, timeout_default};
+use super::keys::{FAMILIES, Group, KEYS, KeySpec, Owner};
 
 /// Where the page lives in the repository, and the command that writes it.
 pub const PAGE: &str = "docs/configuration.md";
@@ -84,9 +84,7 @@ pub fn render() -> String {
 fn write_timeouts(w: &mut String) {
     let _ = writeln!(w, "Five different timeouts (the first one is in the mcp-front section):\n");
     for (name, key, what) in TIMEOUTS {
-        let default = keys::lookup(key).and_then(|k| k.spec.default);
-        let unit = if key.ends_with("_HOURS") { "h" } else { "s" };
-        let default = default.map_or("off".to_owned(), |d| format!("{d} {unit}"));
+        let default = timeout_default(key);
         let _ = writeln!(w, "- {name}: {what} (`{key}`, default {default})");
     }
     let _ = writeln!(w);
