@@ -172,23 +172,8 @@ fn a_question_and_a_kept_guard_are_worded_and_a_fact_is_sent_once() {
 #[test]
 fn a_plan_awaiting_approval_is_reported_and_one_approved_at_creation_is_not() {
     let (_dir, store) = open();
-    let plan = |id: &str, approved_by: Option<&str>| NewPlan {
-        plan_id: id.into(),
-        principal: "panel".into(),
-        created_by: "panel".into(),
-        created_surface: "mcp".into(),
-        title: "Refactor the parser".into(),
-        runtime: "fake".into(),
-        workdir_alias: "repo".into(),
-        relative_cwd: String::new(),
-        profile: "workspace-write".into(),
-        created_at: 1_000,
-        approved_by: approved_by.map(str::to_owned),
-        correlation_id: None,
-        idempotency_key: None,
-        request_fingerprint: None,
-        isolation: None,
-    };
+    let plan = NewPlan::for_test;
+
     let steps: Vec<NewStep> =
         (1..=3).map(|i| NewStep { title: format!("step {i}"), prompt: format!("secret prompt {i}") }).collect();
     store.insert_plan(&plan("pln_1", None), &steps).expect("insert");

@@ -35,23 +35,7 @@ fn facts(store: &Store) -> Vec<Fact> {
 }
 
 fn plan(id: &str, approved_by: Option<&str>) -> NewPlan {
-    NewPlan {
-        plan_id: id.into(),
-        principal: "panel".into(),
-        created_by: "panel".into(),
-        created_surface: "mcp".into(),
-        title: "Refactor the parser".into(),
-        runtime: "fake".into(),
-        workdir_alias: "repo".into(),
-        relative_cwd: String::new(),
-        profile: "workspace-write".into(),
-        created_at: 1_000,
-        approved_by: approved_by.map(str::to_owned),
-        correlation_id: None,
-        idempotency_key: None,
-        request_fingerprint: None,
-        isolation: None,
-    }
+    NewPlan::for_test(id, approved_by)
 }
 
 #[tokio::test]

@@ -118,6 +118,31 @@ pub struct NewPlan {
     pub isolation: Option<String>,
 }
 
+#[cfg(test)]
+impl NewPlan {
+    /// A test's plan `id` ("Refactor the parser", fake runtime, workdir `repo`, by `panel` on
+    /// `mcp`), approved at creation by `approved_by` if given.
+    pub(crate) fn for_test(id: &str, approved_by: Option<&str>) -> NewPlan {
+        NewPlan {
+            plan_id: id.into(),
+            principal: "panel".into(),
+            created_by: "panel".into(),
+            created_surface: "mcp".into(),
+            title: "Refactor the parser".into(),
+            runtime: "fake".into(),
+            workdir_alias: "repo".into(),
+            relative_cwd: String::new(),
+            profile: "workspace-write".into(),
+            created_at: 1_000,
+            approved_by: approved_by.map(str::to_owned),
+            correlation_id: None,
+            idempotency_key: None,
+            request_fingerprint: None,
+            isolation: None,
+        }
+    }
+}
+
 /// A step to create.
 #[derive(Debug, Clone)]
 pub struct NewStep {

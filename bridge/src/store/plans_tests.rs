@@ -18,21 +18,10 @@ fn open() -> (tempfile::TempDir, Store) {
 
 fn plan(id: &str, approved_by: Option<&str>, key: Option<&str>) -> NewPlan {
     NewPlan {
-        plan_id: id.into(),
-        principal: "panel".into(),
-        created_by: "panel".into(),
-        created_surface: "mcp".into(),
         title: "Refactor".into(),
-        runtime: "fake".into(),
-        workdir_alias: "repo".into(),
-        relative_cwd: String::new(),
-        profile: "workspace-write".into(),
-        created_at: 1_000,
-        approved_by: approved_by.map(str::to_owned),
-        correlation_id: None,
         idempotency_key: key.map(str::to_owned),
         request_fingerprint: key.map(|_| "fp".into()),
-        isolation: None,
+        ..NewPlan::for_test(id, approved_by)
     }
 }
 
