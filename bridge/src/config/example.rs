@@ -171,7 +171,7 @@ fn write_ignored<'a>(w: &mut String, specs: impl Iterator<Item = &'a KeySpec>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
@@ -181,12 +181,12 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name)
     }
 
-    #[test]
-    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
-    fn the_repository_env_example_is_the_rendered_catalog() {
-        let path = repository_file(".env.example");
+    /// Fails, naming the first differing line and the command that regenerates it, when the
+    /// repository's `name` is not `rendered` (`agent-bridge config <command>`'s output).
+    #[expect(clippy::disallowed_methods, reason = "a test reads the committed file directly")]
+    pub(in crate::config) fn assert_committed(name: &str, rendered: &str, command: &str) {
+        let path = repository_file(name);
         let file = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let rendered = render();
         if file != rendered {
             let line = file
                 .lines()
@@ -194,12 +194,17 @@ mod tests {
                 .position(|(a, b)| a != b)
                 .map_or_else(|| file.lines().count().min(rendered.lines().count()) + 1, |index| index + 1);
             panic!(
-                ".env.example differs from the key catalog from line {line} on: regenerate it with\n  \
-                 cargo run -q -p agent-bridge -- config example > .env.example\nfile:     {:?}\ncatalog:  {:?}",
+                "{name} differs from the key catalog from line {line} on: regenerate it with\n  \
+                 cargo run -q -p agent-bridge -- config {command} > {name}\nfile:     {:?}\ncatalog:  {:?}",
                 file.lines().nth(line - 1).unwrap_or(""),
                 rendered.lines().nth(line - 1).unwrap_or("")
             );
         }
+    }
+
+    #[test]
+    fn the_repository_env_example_is_the_rendered_catalog() {
+        assert_committed(".env.example", &render(), "example");
     }
 
     #[test]

@@ -128,29 +128,12 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
     #[test]
-    #[expect(clippy::disallowed_methods, reason = "a test sets up its files directly")]
     fn the_committed_configuration_page_is_the_rendered_catalog() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(PAGE);
-        let file = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let rendered = render();
-        if file != rendered {
-            let line = file
-                .lines()
-                .zip(rendered.lines())
-                .position(|(a, b)| a != b)
-                .map_or_else(|| file.lines().count().min(rendered.lines().count()) + 1, |index| index + 1);
-            panic!(
-                "{PAGE} differs from the key catalog from line {line} on: regenerate it with\n  \
-                 cargo run -q -p agent-bridge -- config reference > {PAGE}\nfile:     {:?}\ncatalog:  {:?}",
-                file.lines().nth(line - 1).unwrap_or(""),
-                rendered.lines().nth(line - 1).unwrap_or("")
-            );
-        }
+        crate::config::example::tests::assert_committed(PAGE, &render(), "reference");
     }
 
     #[test]
