@@ -17,6 +17,17 @@ pub const COMPOSE_FILES: [&str; 4] = ["compose.yml", "compose.agent.yml", "compo
 /// set so that every compose command includes the agent overlay.
 pub const COMPOSE_FILE_LINE: &str = "COMPOSE_FILE=compose.yml:compose.agent.yml";
 
+/// The catalog's groups in the order their first key appears (the order of both renderings).
+pub(super) fn groups() -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for spec in KEYS {
+        if !groups.contains(&spec.group) {
+            groups.push(spec.group);
+        }
+    }
+    groups
+}
+
 /// The title and the lines of explanation that open a group.
 pub(super) fn heading(group: Group) -> (&'static str, &'static [&'static str]) {
     match group {
@@ -103,13 +114,7 @@ pub fn render() -> String {
     ] {
         let _ = writeln!(w, "{line}");
     }
-    let mut groups: Vec<Group> = Vec::new();
-    for spec in KEYS {
-        if !groups.contains(&spec.group) {
-            groups.push(spec.group);
-        }
-    }
-    for group in groups {
+    for group in groups() {
         let (title, about) = heading(group);
         let _ = writeln!(w, "\n# {}\n# {title}", "=".repeat(96));
         for line in about {

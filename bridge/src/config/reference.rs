@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::example::{TIMEOUTS, heading, timeout_default};
+use super::example::{TIMEOUTS, groups, heading, timeout_default};
 use super::keys::{FAMILIES, Group, KEYS, KeySpec, Owner};
 
 /// Where the page lives in the repository, and the command that writes it.
@@ -53,13 +53,7 @@ pub fn render() -> String {
     let families: Vec<String> =
         FAMILIES.iter().map(|f| format!("`{}*` for NN = 01 to {:02}", f.placeholder, f.count)).collect();
     let _ = writeln!(w, "\nKeys written with `NN` exist once per slot: {}.", families.join(", "));
-    let mut groups: Vec<Group> = Vec::new();
-    for spec in KEYS {
-        if !groups.contains(&spec.group) {
-            groups.push(spec.group);
-        }
-    }
-    for group in groups {
+    for group in groups() {
         let (title, about) = heading(group);
         let _ = writeln!(w, "\n## {}\n", escape(title));
         if !about.is_empty() {
