@@ -160,3 +160,37 @@ pub fn median(v: &[f64]) -> f64 {
 pub fn ms_since(from: Instant, to: Instant) -> f64 {
     to.saturating_duration_since(from).as_secs_f64() * 1000.0
 }
+
+/// Spawn → the request of the fake agent started bare (`agent-bridge fake-agent` in `dir`, its
+/// sessions under `home`, given `prompt` as the bridge would), in ms; waits for it to exit.
+pub async fn fake_bare(
+    bin: &std::path::Path,
+    home: &std::path::Path,
+    dir: &std::path::Path,
+    prompt: &str,
+    arrivals: &Arrivals,
+) -> anyhow::Result<f64> {
+    use tokio::io::AsyncWriteExt as _;
+    let before = arrivals.count();
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(bin)
+        .arg("fake-agent")
+        .env(agent_bridge::provider::fake::HOME_VAR, home)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start the fake agent")?;
+    let mut stdin = child.stdin.take().context("its stdin")?;
+    let start = json!({ "type": "start", "prompt": prompt, "resume": null, "profile": "workspace-write" });
+    stdin.write_all(format!("{start}\n").as_bytes()).await.context("its start line")?;
+    drop(stdin);
+    let first = arrivals.wait_for(before, std::time::Duration::from_secs(60)).await?;
+    let status = child.wait().await.context("wait for the fake agent")?;
+    if !status.success() {
+        bail!("the bare fake agent exited with {status}");
+    }
+    Ok(ms_since(t, first))
+}

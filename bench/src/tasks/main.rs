@@ -14,6 +14,9 @@
 #[path = "../bins.rs"]
 mod bins;
 mod common;
+mod guard;
+mod start;
+mod workdirs;
 
 use clap::{Parser, Subcommand};
 
@@ -25,10 +28,31 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {}
+enum Command {
+    /// Submit → the agent's first model request, against the agent started bare.
+    Start(start::StartArgs),
+    /// CI's regression guard: a fake task's start against the agent started bare.
+    Guard(guard::GuardArgs),
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    let run = async {
+        match cli.command {
+            Command::Start(args) => start::main(&args).await,
+            Command::Guard(args) => {
+                if !guard::main(&args).await? {
+                    std::process::exit(1);
+                }
+                Ok(())
+            }
+        }
+    };
+    // Ctrl-C drops the run, and with it every bridge it started (a harness bridge is killed
+    // when dropped), instead of leaving them running.
+    tokio::select! {
+        result = run => result,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+    }
 }

@@ -42,8 +42,14 @@ pub const STORE_LIMIT: u64 = 1024 * 1024 * 1024;
 
 /// The script each run executes (`sh -c`): no caller data is ever part of it; paths come in
 /// the environment.
+///
+/// Files are added with `core.bigFileThreshold=1`: git then streams every new blob into one
+/// pack instead of writing a compressed file per blob. For 10,000 small files that is about
+/// four times faster and thirty times smaller (bench/README.md, `tasks start`). Only the adds
+/// use it: a diff treats blobs above the threshold as binary, so the diffs keep the default.
 const SCRIPT: &str = r#"set -u
 cd "$AB_ROOT" || exit 20
+add() { git -c core.bigFileThreshold=1 add -A; }
 case "$1" in
 baseline)
   if [ -n "${AB_SEED_INDEX:-}" ] && [ -f "$AB_SEED_INDEX" ] && [ ! -L "$AB_SEED_INDEX" ]; then
@@ -54,11 +60,11 @@ baseline)
     # just wrote only spares the end run from hashing what did not change.
     git rev-parse --verify --quiet "$AB_SINCE^{tree}" > "$AB_DIR/base" || exit 16
   else
-    git add -A 2>/dev/null || { rm -f -- "$GIT_INDEX_FILE"; git add -A; } || exit 10
+    add 2>/dev/null || { rm -f -- "$GIT_INDEX_FILE"; add; } || exit 10
     git write-tree > "$AB_DIR/base" || exit 11
   fi ;;
 end)
-  git add -A || exit 10
+  add || exit 10
   git write-tree > "$AB_DIR/end" || exit 11
   read -r base < "$AB_DIR/base" || exit 12
   read -r end < "$AB_DIR/end" || exit 12

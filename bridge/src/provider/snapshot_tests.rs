@@ -232,6 +232,35 @@ async fn a_plain_directory_is_diffed_from_a_private_store() {
 }
 
 #[tokio::test]
+async fn many_new_files_are_stored_as_one_pack_and_still_diffed_as_text() {
+    let Some(bin) = git_bin() else { return };
+    let f = fixture(bin, "agt_snapshot_pack");
+    let w = &f.work;
+    for i in 0..300 {
+        std::fs::write(w.join(format!("f{i}.txt")), format!("{i}\nline\n")).unwrap();
+    }
+    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None).await.unwrap();
+    // A loose object per file would be 300 files under objects/xx/; the blobs are in a pack,
+    // and only the tree `write-tree` wrote is loose.
+    let objects = f.dir.join("git/objects");
+    let loose = std::fs::read_dir(&objects)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().len() == 2)
+        .map(|e| std::fs::read_dir(e.path()).unwrap().count())
+        .sum::<usize>();
+    assert_eq!(loose, 1, "the baseline wrote a loose object per file");
+    let packs = std::fs::read_dir(objects.join("pack")).unwrap().count();
+    assert!((1..=4).contains(&packs), "{packs} files in objects/pack");
+    std::fs::write(w.join("f7.txt"), "7\nline\nmore\n").unwrap();
+    let set = diff(&f, &baseline).await;
+    let got: Vec<_> = set.files.iter().map(|f| (f.path.as_str(), f.status, f.added, f.removed)).collect();
+    assert_eq!(got, [("f7.txt", "modified", 1, 0)]);
+    assert!(set.diff.contains("+more"), "the diff is not text: {}", set.diff);
+    remove(&f.dir);
+}
+
+#[tokio::test]
 async fn nothing_changed_is_an_empty_change_set_and_a_huge_diff_is_cut_at_its_bound() {
     let Some(bin) = git_bin() else { return };
     let f = fixture(bin, "agt_snapshot4");

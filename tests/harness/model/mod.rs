@@ -30,6 +30,8 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The body parsed as JSON (`null` if it is not JSON).
     pub body: Value,
+    /// When the whole request had arrived (the task benchmark times an agent's start by it).
+    pub at: std::time::Instant,
 }
 
 impl Request {
@@ -144,7 +146,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<Request> {
         rest
     };
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    Some(Request { method, path, headers, body })
+    Some(Request { method, path, headers, body, at: std::time::Instant::now() })
 }
 
 async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
