@@ -353,14 +353,21 @@ pub async fn main(args: &StartArgs) -> anyhow::Result<()> {
                 }
             }
             if runtime == "fake" {
-                s.add("fake proxy read-only, big", scene.task(&bridges[0].1, "fake", "big_ro", "in_place").await?.0);
+                // Read-only (no writer lease, no baseline) in each layout: the split's steps.
+                for (layout, b) in &bridges {
+                    s.add(&format!("fake {layout} read-only, big"), scene.task(b, "fake", "big_ro", "in_place").await?.0);
+                }
             }
             if !args.no_worktree {
+                // Each checkout writes the whole repository: the dirty pages of the one before
+                // are flushed first (untimed), or whichever measure comes later waits for them.
+                settle();
                 if runtime == "fake" {
                     let t = Instant::now();
                     workdirs::git(&scene.big, &["worktree", "add", "-q", "--detach", path_str(&scratch)?, "HEAD"])?;
                     s.add("git worktree add alone, big", common::ms_since(t, Instant::now()));
                     workdirs::git(&scene.big, &["worktree", "remove", "--force", path_str(&scratch)?])?;
+                    settle();
                 }
                 let (took, making) = scene.task(&bridges[0].1, runtime, "big", "worktree").await?;
                 s.add(&format!("{runtime} proxy worktree, big"), took);
@@ -375,6 +382,13 @@ pub async fn main(args: &StartArgs) -> anyhow::Result<()> {
     }
     report(args, &s);
     Ok(())
+}
+
+/// Writes every dirty page to the disk (`sync`), untimed.
+fn settle() {
+    let t = Instant::now();
+    nix::unistd::sync();
+    eprintln!("tasks start: sync took {:.1} s", t.elapsed().as_secs_f64());
 }
 
 fn path_str(p: &Path) -> anyhow::Result<&str> {
@@ -403,17 +417,10 @@ fn report(args: &StartArgs, s: &Samples) {
     println!("Where a fake task's start goes, on the git repository (differences of medians, ms):");
     let parts = [
         ("the agent itself (bare)", m("fake bare, big")),
-        (
-            "the bridge: submit, store, writer lease, spawn",
-            diff("fake proxy read-only, big", "fake bare, big")
-                .map(|d| d - diff("fake proxy in_place, big", "fake none in_place, big").unwrap_or(0.0)),
-        ),
-        (
-            "the change-set baseline (read-write against read-only)",
-            diff("fake proxy in_place, big", "fake proxy read-only, big"),
-        ),
-        ("the sandbox (host against none)", diff("fake host in_place, big", "fake none in_place, big")),
-        ("the egress proxy (proxy against host)", diff("fake proxy in_place, big", "fake host in_place, big")),
+        ("the bridge: submit, store, spawn (read-only, no sandbox, against bare)", diff("fake none read-only, big", "fake bare, big")),
+        ("the sandbox (read-only: host against none)", diff("fake host read-only, big", "fake none read-only, big")),
+        ("the egress proxy (read-only: proxy against host)", diff("fake proxy read-only, big", "fake host read-only, big")),
+        ("the writer lease and change-set baseline (read-write against read-only)", diff("fake proxy in_place, big", "fake proxy read-only, big")),
         ("the worktree (worktree against in place)", diff("fake proxy worktree, big", "fake proxy in_place, big")),
     ];
     for (what, ms) in parts {
