@@ -14,6 +14,8 @@
 #[path = "../bins.rs"]
 mod bins;
 mod common;
+mod flood;
+mod many;
 
 use clap::{Parser, Subcommand};
 
@@ -25,10 +27,18 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {}
+enum Command {
+    /// Many tasks at once: the bridge's CPU, RSS and descriptors per waiting task.
+    Many(many::Args),
+    /// A flooding agent: ingestion, paging, memory and another task's latency meanwhile.
+    Flood(flood::Args),
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Many(args) => many::run(args).await,
+        Command::Flood(args) => flood::run(args).await,
+    }
 }

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::job::{Ending, Job, lifecycle, transition};
 use super::redact::Redactor;
-use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_EVENTS_PER_TASK, MAX_TEXT_BYTES, recovery, results};
+use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_TEXT_BYTES, recovery, results};
 use crate::error::code;
 use crate::model::{InteractionKind, TaskStatus};
 use crate::provider::supervise::StopProof;
@@ -400,7 +400,7 @@ async fn record(
     }
     let event = NewEvent::new(event_type, payload);
     let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
-    let cap = capped.then_some(MAX_EVENTS_PER_TASK);
+    let cap = capped.then_some(inner.config.limits.max_events_per_task);
     if let Err(e) = inner.store.call(move |s| s.append_event(&tid, &event, cap, now)).await {
         tracing::warn!(cause = %e, "cannot record an event");
     }
