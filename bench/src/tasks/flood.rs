@@ -34,7 +34,10 @@ pub struct Args {
     probe_every: Duration,
     /// How long the probe runs before the flood (the baseline).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-    before: Duration,
+    before_flood: Duration,
+    /// An `agent-bridge` of an earlier build, flooded the same way first, for ratios in one run.
+    #[arg(long)]
+    before: Option<std::path::PathBuf>,
     #[command(flatten)]
     bins: crate::bins::BinArgs,
 }
@@ -44,12 +47,43 @@ struct Probe {
     lat_ms: Vec<f64>,
 }
 
+/// One build's figures.
+struct Figures {
+    name: String,
+    stored: u64,
+    dropped: u64,
+    ended_s: f64,
+    all_read_s: f64,
+    read: u64,
+    short: usize,
+    bridge_cpu: f64,
+    bench_cpu: f64,
+    rss_kib: [u64; 3],
+    quiet: Probe,
+    busy: Probe,
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let bridge_bin = args.bins.locate("cargo build --release -p agent-bridge -p mcp-front")?.0;
-    let cap = args.events + 1_000;
-    let options = Options { bin: Some(bridge_bin), ..Options::default() }
+    let mut builds = Vec::new();
+    if let Some(before) = &args.before {
+        builds.push(("before", before.clone()));
+    }
+    builds.push(("this build", bridge_bin));
+    let mut results = Vec::new();
+    for (name, bin) in builds {
+        let f = measure(name, bin, &args).await.with_context(|| format!("{name}"))?;
+        eprintln!("flood: {name} done");
+        results.push(f);
+    }
+    report(&results, &args);
+    Ok(())
+}
+
+async fn measure(name: &str, bin: std::path::PathBuf, args: &Args) -> anyhow::Result<Figures> {
+    let options = Options { bin: Some(bin), ..Options::default() }
         .with("SERVERFS_AGENT_MAX_ACTIVE_TASKS=4")
-        .with(&format!("SERVERFS_AGENT_MAX_EVENTS_PER_TASK={cap}"))
+        .with(&format!("SERVERFS_AGENT_MAX_EVENTS_PER_TASK={}", cap(args)))
         .var("AGENT_BRIDGE_LOG", "warn");
     let mut b = TestBridge::prepare(options);
     b.spawn().await;
@@ -61,7 +95,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     b.wait_status(&idle_task, "running").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = proc_of(pid)?.rss_kib;
-    let quiet = probe(&b, &idle_task, args.probe_every, Arc::new(AtomicBool::new(false)), Some(args.before)).await?;
+    let quiet =
+        probe(&b, &idle_task, args.probe_every, Arc::new(AtomicBool::new(false)), Some(args.before_flood)).await?;
 
     // The flood: the task, its pagers, the probe and a sampler, until every pager has read it all.
     let cpu_before = (proc_of(pid)?.ticks, own_ticks()?);
@@ -94,58 +129,90 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let end = call(&b, "get_agent_task", json!({ "task_id": flood })).await?;
     tokio::time::sleep(Duration::from_secs(12)).await;
     let settled_rss = proc_of(pid)?.rss_kib;
-
-    let stored = end["event_count"].as_u64().context("event_count")?;
-    let dropped = end["events_dropped"].as_u64().context("events_dropped")?;
     if end["status"] != "succeeded" {
         bail!("the flooding task did not succeed: {end:#}");
     }
-    let ingest = ended_at.context("the flooding task did not end")?;
+    let stored = end["event_count"].as_u64().context("event_count")?;
     let secs = all_read.as_secs_f64();
-    let total_read = read.load(Ordering::Relaxed);
-    let bridge_cpu = (cpu_after.0 - cpu_before.0) as f64 / tick / secs;
-    let bench_cpu = (cpu_after.1 - cpu_before.1) as f64 / tick / secs;
-    let short = per_pager.iter().filter(|n| **n != stored).count();
+    Ok(Figures {
+        name: name.to_owned(),
+        stored,
+        dropped: end["events_dropped"].as_u64().context("events_dropped")?,
+        ended_s: ended_at.context("the flooding task did not end")?.as_secs_f64(),
+        all_read_s: secs,
+        read: read.load(Ordering::Relaxed),
+        short: per_pager.iter().filter(|n| **n != stored).count(),
+        bridge_cpu: (cpu_after.0 - cpu_before.0) as f64 / tick / secs,
+        bench_cpu: (cpu_after.1 - cpu_before.1) as f64 / tick / secs,
+        rss_kib: [idle_rss, peak_rss, settled_rss],
+        quiet,
+        busy,
+    })
+}
 
-    println!("## tasks flood: {} events at {}/s, {} pagers ({} a page)\n", args.events, args.rate, args.pagers, args.page);
-    println!("| figure | value |");
-    println!("|---|---:|");
-    println!("| events emitted | {} |", args.events);
-    println!("| events stored (all of the task's, its own lifecycle events included) | {stored} |");
-    println!("| events dropped by the cap ({cap}) | {dropped} |");
-    println!("| submit → task ended (emission takes {:.1} s) | {:.2} s |", args.events as f64 / args.rate as f64, ingest.as_secs_f64());
-    println!("| events ingested per second (stored ÷ submit → end) | {:.0} |", stored as f64 / ingest.as_secs_f64());
-    println!("| submit → every pager has read every event | {secs:.2} s |");
-    println!("| events read by the pagers, all together | {total_read} ({:.0}/s) |", total_read as f64 / secs);
-    println!("| pagers that read fewer than the stored events | {short} |");
-    println!("| bridge CPU during the flood (submit → all read) | {:.0} % of a core |", bridge_cpu * 100.0);
-    println!("| the benchmark's own CPU meanwhile (pagers, probe: the same 2 cores) | {:.0} % of a core |", bench_cpu * 100.0);
+/// The per-task event cap the bridge runs with: room for every emitted event.
+fn cap(args: &Args) -> u64 {
+    args.events + 1_000
+}
+
+fn report(results: &[Figures], args: &Args) {
+    let mib = |k: u64| k as f64 / 1024.0;
     println!(
-        "| bridge RSS: idle → peak → 12 s after | {:.1} → {:.1} → {:.1} MiB |",
-        idle_rss as f64 / 1024.0,
-        peak_rss as f64 / 1024.0,
-        settled_rss as f64 / 1024.0
+        "## tasks flood: {} events at {}/s ({:.1} s of emission), {} pagers ({} a page), event cap {}\n",
+        args.events,
+        args.rate,
+        args.events as f64 / args.rate as f64,
+        args.pagers,
+        args.page,
+        cap(args)
     );
+    let names: Vec<&str> = results.iter().map(|f| f.name.as_str()).collect();
+    println!("| figure | {} |", names.join(" | "));
+    println!("|---|{}", "---:|".repeat(results.len()));
+    let row = |label: &str, cell: &dyn Fn(&Figures) -> String| {
+        let cells: Vec<String> = results.iter().map(cell).collect();
+        println!("| {label} | {} |", cells.join(" | "));
+    };
+    row("events stored (the task's own lifecycle events included)", &|f| f.stored.to_string());
+    row("events dropped by the cap", &|f| f.dropped.to_string());
+    row("submit → task ended", &|f| format!("{:.2} s", f.ended_s));
+    row("events ingested per second (stored ÷ submit → end)", &|f| format!("{:.0}", f.stored as f64 / f.ended_s));
+    row("submit → every pager has read every event", &|f| format!("{:.2} s", f.all_read_s));
+    row("events read by the pagers, per second", &|f| format!("{:.0}", f.read as f64 / f.all_read_s));
+    row("pagers that read fewer than the stored events", &|f| f.short.to_string());
+    row("bridge CPU, submit → all read", &|f| format!("{:.0} % of a core", f.bridge_cpu * 100.0));
+    row("the benchmark's own CPU meanwhile", &|f| format!("{:.0} % of a core", f.bench_cpu * 100.0));
+    row("bridge RSS: idle → peak → 12 s after", &|f| {
+        format!("{:.1} → {:.1} → {:.1} MiB", mib(f.rss_kib[0]), mib(f.rss_kib[1]), mib(f.rss_kib[2]))
+    });
+    for (when, pick) in [("before the flood", true), ("during the flood", false)] {
+        let lat = |f: &Figures| if pick { f.quiet.lat_ms.clone() } else { f.busy.lat_ms.clone() };
+        row(&format!("another task's get_agent_task {when}: calls"), &|f| lat(f).len().to_string());
+        row(&format!("… p50 / p99 / max ms {when}"), &|f| {
+            let l = lat(f);
+            format!("{:.2} / {:.2} / {:.2}", median(&l), quantile(&l, 0.99), quantile(&l, 1.0))
+        });
+    }
     println!();
-    println!("Another task's `get_agent_task` (no wait), every {:?}:\n", args.probe_every);
-    println!("| when | calls | p50 ms | p99 ms | max ms |");
-    println!("|---|---:|---:|---:|---:|");
-    for (name, p) in [("before the flood", &quiet), ("during the flood", &busy)] {
+    for f in results {
+        let (before, during) = (quantile(&f.quiet.lat_ms, 0.99), quantile(&f.busy.lat_ms, 0.99));
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {:.2} |",
-            p.lat_ms.len(),
-            median(&p.lat_ms),
-            quantile(&p.lat_ms, 0.99),
-            quantile(&p.lat_ms, 1.0)
+            "{}: p99 during ÷ before the flood {:.2}×; target p99 during ≤ 10 ms: {}",
+            f.name,
+            during / before,
+            if during <= 10.0 { "met" } else { "MISSED" }
         );
     }
-    let (p99_before, p99_during) = (quantile(&quiet.lat_ms, 0.99), quantile(&busy.lat_ms, 0.99));
-    println!(
-        "\np99 during ÷ before: {:.2}×; target: p99 during ≤ 10 ms: {}",
-        p99_during / p99_before,
-        if p99_during <= 10.0 { "met" } else { "MISSED" }
-    );
-    Ok(())
+    if let [before, after] = results {
+        let rate = |f: &Figures| f.stored as f64 / f.ended_s;
+        println!(
+            "this build ÷ before: ingestion {:.2}×, pagers' reads {:.2}×, p99 during the flood {:.2}×, peak RSS {:.2}×",
+            rate(after) / rate(before),
+            (after.read as f64 / after.all_read_s) / (before.read as f64 / before.all_read_s),
+            quantile(&after.busy.lat_ms, 0.99) / quantile(&before.busy.lat_ms, 0.99),
+            after.rss_kib[1] as f64 / before.rss_kib[1] as f64
+        );
+    }
 }
 
 fn task(prompt: &str) -> Value {
@@ -197,7 +264,7 @@ async fn probe(
     Ok(Probe { lat_ms })
 }
 
-/// Samples the bridge's RSS every 50 ms and the flooding task every 250 ms until `done`: the
+/// Samples the bridge's RSS every 50 ms and the flooding task every 100 ms until `done`: the
 /// peak RSS and when the task was first seen ended (since `started`).
 async fn sample(
     b: &TestBridge,
@@ -207,9 +274,10 @@ async fn sample(
     done: &AtomicBool,
 ) -> anyhow::Result<(u64, Option<Duration>)> {
     let (mut peak, mut ended, mut n) = (0, None, 0u64);
-    while !done.load(Ordering::Relaxed) {
+    // Until the pagers are done and the task was seen ended (the pagers may see it first).
+    while !done.load(Ordering::Relaxed) || ended.is_none() {
         peak = peak.max(proc_of(pid)?.rss_kib);
-        if ended.is_none() && n.is_multiple_of(5) {
+        if ended.is_none() && n.is_multiple_of(2) {
             let t = call(b, "get_agent_task", json!({ "task_id": id })).await?;
             if t["terminal"] == true {
                 ended = Some(started.elapsed());

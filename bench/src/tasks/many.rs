@@ -51,10 +51,7 @@ struct Window {
 
 impl Window {
     fn own(&self) -> (u64, f64) {
-        OWN_HELPERS
-            .iter()
-            .filter_map(|k| self.kids.get(*k))
-            .fold((0, 0.0), |(rss, cpu), (_, r, c)| (rss + r, cpu + c))
+        OWN_HELPERS.iter().filter_map(|k| self.kids.get(*k)).fold((0, 0.0), |(rss, cpu), (_, r, c)| (rss + r, cpu + c))
     }
 }
 
@@ -118,15 +115,21 @@ async fn real(r: &RealBridge, args: &Args) -> anyhow::Result<Load> {
     let b = &r.b;
     let pid = b.pid().context("bridge pid")?;
     // One task to its end first, as for the fake tasks (the CLI's files in the page cache).
-    let warm = submit(b, json!({ "runtime": r.cli.name(), "workdir": "ws", "prompt": "SAY:warm" })).await?;
+    let warm =
+        submit(b, json!({ "runtime": r.cli.name(), "workdir": "ws", "profile": "review", "prompt": "SAY:warm" }))
+            .await?;
     until(b, &warm, Duration::from_secs(120), |t| t["terminal"] == true).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = window(pid, args.window / 2).await?;
     let held_before = r.server.requests().len();
+    // Read-only (`review`) tasks: a workdir has one writing task at a time.
     let mut ids = Vec::new();
     for _ in 0..args.real {
         let prompt = "HOLD_REPLY: wait for the model";
-        ids.push(submit(b, json!({ "runtime": r.cli.name(), "workdir": "ws", "prompt": prompt })).await?);
+        ids.push(
+            submit(b, json!({ "runtime": r.cli.name(), "workdir": "ws", "profile": "review", "prompt": prompt }))
+                .await?,
+        );
     }
     for id in &ids {
         until(b, id, Duration::from_secs(120), |t| t["status"] == "running").await?;
@@ -237,13 +240,16 @@ fn descendants(root: u32) -> Vec<(u32, String, u64)> {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
             let args: Vec<String> =
                 cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-            let kind = if args.iter().any(|a| a == "sandbox-exec") {
+            // bwrap's own command line names what it runs: its name decides first.
+            let name = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_owned()).unwrap_or_default();
+            let kind = if name == "bwrap" {
+                name
+            } else if args.iter().any(|a| a == "sandbox-exec") {
                 "relay".to_owned()
             } else if args.iter().any(|a| a == "fake-agent") {
                 "agent: fake-agent".to_owned()
             } else {
-                let name = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_owned()).unwrap_or_default();
-                if name == "bwrap" { name } else { format!("agent: {name}") }
+                format!("agent: {name}")
             };
             Some((pid, kind, proc_of(pid).ok()?.ticks))
         })

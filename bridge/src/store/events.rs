@@ -1,6 +1,6 @@
 //! Task events: an append-only log per task with a global, increasing cursor.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, Transaction, params};
 
 use super::{Store, StoreError};
 
@@ -47,6 +47,11 @@ impl Store {
     /// Appends an event. With `cap = Some(n)` the event is a provider event subject to the
     /// per-task cap: once the task holds `n` events it is dropped and counted instead, and
     /// `None` is returned. The bridge's own lifecycle events pass `cap = None`.
+    ///
+    /// A provider event is committed relaxed ([`Store::write_relaxed`]): a power failure may
+    /// lose the last ones, never one before a durable commit (the task's next transition
+    /// flushes them all). A flush per event held a flooding agent to what the disk flushes a
+    /// second (about 860 events/s on the benchmark's VM; bench/README.md, `tasks flood`).
     pub fn append_event(
         &self,
         task_id: &str,
@@ -54,7 +59,7 @@ impl Store {
         cap: Option<u32>,
         now: i64,
     ) -> Result<Option<i64>, StoreError> {
-        self.write(|tx| {
+        let append = |tx: &Transaction<'_>| {
             if let Some(cap) = cap {
                 let count: i64 = tx
                     .prepare_cached("SELECT event_count FROM tasks WHERE task_id = ?1")?
@@ -66,7 +71,8 @@ impl Store {
                 }
             }
             insert_event(tx, task_id, event, now).map(Some)
-        })
+        };
+        if cap.is_some() { self.write_relaxed(append) } else { self.write(append) }
     }
 
     /// Reads up to `limit` events of a task after the cursor `after`, oldest first.

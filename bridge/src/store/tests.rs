@@ -246,6 +246,9 @@ fn provider_events_over_the_cap_are_dropped_and_counted() {
     let events = store.read_events("agt_1", 0, 500).unwrap();
     assert_eq!(events.len() as i64, task.event_count);
     assert!(events.windows(2).all(|w| w[0].event_id < w[1].event_id));
+    // 2 = FULL: a provider event's relaxed commit leaves the next writes durable.
+    let synchronous: i64 = store.write(|tx| Ok(tx.query_row("PRAGMA synchronous", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(synchronous, 2);
 }
 
 #[test]
