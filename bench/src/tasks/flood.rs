@@ -72,7 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     builds.push(("this build", bridge_bin));
     let mut results = Vec::new();
     for (name, bin) in builds {
-        let f = measure(name, bin, &args).await.with_context(|| format!("{name}"))?;
+        let f = measure(name, bin, &args).await.with_context(|| name.to_owned())?;
         eprintln!("flood: {name} done");
         results.push(f);
     }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use e2e::real::{Cli, RealBridge};
 use e2e::{Options, TestBridge};
 
-use crate::common::{call, clock_tick, proc_of, submit};
+use crate::common::{call, clock_tick, proc_of, submit, wait_until};
 
 /// Many tasks at once.
 #[derive(clap::Args, Debug)]
@@ -118,7 +118,7 @@ async fn real(r: &RealBridge, args: &Args) -> anyhow::Result<Load> {
     let warm =
         submit(b, json!({ "runtime": r.cli.name(), "workdir": "ws", "profile": "review", "prompt": "SAY:warm" }))
             .await?;
-    until(b, &warm, Duration::from_secs(120), |t| t["terminal"] == true).await?;
+    wait_until(b, &warm, Duration::from_secs(120), |t| t["terminal"] == true).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = window(pid, args.window / 2).await?;
     let held_before = r.server.requests().len();
