@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use e2e::{Options, TestBridge};
 
-use crate::common::{call, clock_tick, median, ms_since, proc_of, quantile, submit};
+use crate::common::{call, clock_tick, median, ms_since, proc_of, quantile, submit, wait_until};
 
 /// A flooding agent.
 #[derive(clap::Args, Debug)]
@@ -38,6 +38,9 @@ pub struct Args {
     /// An `agent-bridge` of an earlier build, flooded the same way first, for ratios in one run.
     #[arg(long)]
     before: Option<std::path::PathBuf>,
+    /// More earlier builds, `NAME=PATH` (repeatable), flooded after `--before`.
+    #[arg(long)]
+    variant: Vec<String>,
     #[command(flatten)]
     bins: crate::bins::BinArgs,
 }
@@ -68,6 +71,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut builds = Vec::new();
     if let Some(before) = &args.before {
         builds.push(("before", before.clone()));
+    }
+    for v in &args.variant {
+        let (name, path) = v.split_once('=').with_context(|| format!("--variant {v:?}: not NAME=PATH"))?;
+        builds.push((name, path.into()));
     }
     builds.push(("this build", bridge_bin));
     let mut results = Vec::new();
@@ -122,6 +129,9 @@ async fn measure(name: &str, bin: std::path::PathBuf, args: &Args) -> anyhow::Re
         per_pager.push(p.await.context("a pager")??);
     }
     let all_read = started.elapsed();
+    // With no pagers, the flood lasts until the task ends.
+    wait_until(&b, &flood, Duration::from_secs(600), |t| t["terminal"] == true).await?;
+    let flood_secs = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
     let busy = prober.await.context("the probe")??;
     let (peak_rss, ended_at) = sampler.await.context("the sampler")??;
@@ -142,8 +152,8 @@ async fn measure(name: &str, bin: std::path::PathBuf, args: &Args) -> anyhow::Re
         all_read_s: secs,
         read: read.load(Ordering::Relaxed),
         short: per_pager.iter().filter(|n| **n != stored).count(),
-        bridge_cpu: (cpu_after.0 - cpu_before.0) as f64 / tick / secs,
-        bench_cpu: (cpu_after.1 - cpu_before.1) as f64 / tick / secs,
+        bridge_cpu: (cpu_after.0 - cpu_before.0) as f64 / tick / flood_secs,
+        bench_cpu: (cpu_after.1 - cpu_before.1) as f64 / tick / flood_secs,
         rss_kib: [idle_rss, peak_rss, settled_rss],
         quiet,
         busy,
@@ -180,7 +190,7 @@ fn report(results: &[Figures], args: &Args) {
     row("submit → every pager has read every event", &|f| format!("{:.2} s", f.all_read_s));
     row("events read by the pagers, per second", &|f| format!("{:.0}", f.read as f64 / f.all_read_s));
     row("pagers that read fewer than the stored events", &|f| f.short.to_string());
-    row("bridge CPU, submit → all read", &|f| format!("{:.0} % of a core", f.bridge_cpu * 100.0));
+    row("bridge CPU, submit → all read and ended", &|f| format!("{:.0} % of a core", f.bridge_cpu * 100.0));
     row("the benchmark's own CPU meanwhile", &|f| format!("{:.0} % of a core", f.bench_cpu * 100.0));
     row("bridge RSS: idle → peak → 12 s after", &|f| {
         format!("{:.1} → {:.1} → {:.1} MiB", mib(f.rss_kib[0]), mib(f.rss_kib[1]), mib(f.rss_kib[2]))
@@ -203,10 +213,12 @@ fn report(results: &[Figures], args: &Args) {
             if during <= 10.0 { "met" } else { "MISSED" }
         );
     }
-    if let [before, after] = results {
+    let Some((after, earlier)) = results.split_last() else { return };
+    for before in earlier {
         let rate = |f: &Figures| f.stored as f64 / f.ended_s;
         println!(
-            "this build ÷ before: ingestion {:.2}×, pagers' reads {:.2}×, p99 during the flood {:.2}×, peak RSS {:.2}×",
+            "this build ÷ {}: ingestion {:.2}×, pagers' reads {:.2}×, p99 during the flood {:.2}×, peak RSS {:.2}×",
+            before.name,
             rate(after) / rate(before),
             (after.read as f64 / after.all_read_s) / (before.read as f64 / before.all_read_s),
             quantile(&after.busy.lat_ms, 0.99) / quantile(&before.busy.lat_ms, 0.99),

@@ -252,6 +252,21 @@ fn provider_events_over_the_cap_are_dropped_and_counted() {
 }
 
 #[test]
+fn provider_events_stored_together_keep_their_order_and_the_cap() {
+    let (_dir, store) = open();
+    running(&store, "agt_1");
+    let base = store.get_task("agt_1").unwrap().unwrap().event_count;
+    let events: Vec<NewEvent> =
+        (0..5).map(|i| NewEvent::new("agent.message", serde_json::json!({ "text": format!("e{i}") }))).collect();
+    assert_eq!(store.append_provider_events("agt_1", &events, base as u32 + 3, 5).unwrap(), 3);
+    let task = store.get_task("agt_1").unwrap().unwrap();
+    assert_eq!((task.event_count, task.events_dropped), (base + 3, 2));
+    let texts: Vec<String> =
+        store.read_events("agt_1", 0, 500).unwrap().into_iter().skip(base as usize).map(|e| e.payload_json).collect();
+    assert_eq!(texts, [r#"{"text":"e0"}"#, r#"{"text":"e1"}"#, r#"{"text":"e2"}"#]);
+}
+
+#[test]
 fn retention_spares_active_and_guarded_tasks() {
     let (_dir, store) = open();
     let guard = NewGuard { workdir_alias: "repo".into(), worktree: None };
