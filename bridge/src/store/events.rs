@@ -69,7 +69,7 @@ impl Store {
     /// A provider event is committed relaxed ([`Store::write_relaxed`]): a power failure may
     /// lose the last ones, never one before a durable commit (the task's next transition
     /// flushes them all). A flush per event held a flooding agent to what the disk flushes a
-    /// second (about 860 events/s on the benchmark's VM; bench/README.md, `tasks flood`).
+    /// second (688 to 3,203 events/s on the benchmark's VM; bench/README.md, `tasks flood`).
     pub fn append_event(
         &self,
         task_id: &str,

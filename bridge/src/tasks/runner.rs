@@ -199,63 +199,63 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                 // transaction; the first other message is handled right after them.
                 let mut next = Some(event);
                 while let Some(event) = next.take() {
-                match event {
-                    ProviderEvent::Session(id) => {
-                        let (tid, now) = (task_id.clone(), inner.clock.now_ms());
-                        if let Err(e) = inner.store.call(move |s| s.set_native_session(&tid, &id, now)).await {
-                            tracing::warn!(cause = %e, "cannot record the native session");
-                        }
-                    }
-                    ProviderEvent::Event { event_type, payload } => {
-                        retries.observe(&event_type, &payload);
-                        let mut batch = vec![(event_type, payload)];
-                        while batch.len() < EVENT_BATCH {
-                            match session.ready_event() {
-                                Some(ProviderEvent::Event { event_type, payload }) => {
-                                    retries.observe(&event_type, &payload);
-                                    batch.push((event_type, payload));
-                                }
-                                other => {
-                                    next = other;
-                                    break;
-                                }
+                    match event {
+                        ProviderEvent::Session(id) => {
+                            let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+                            if let Err(e) = inner.store.call(move |s| s.set_native_session(&tid, &id, now)).await {
+                                tracing::warn!(cause = %e, "cannot record the native session");
                             }
                         }
-                        record_provider_events(&inner, &task_id, redactor, batch).await;
-                    }
-                    ProviderEvent::Approval { native_id, payload } => {
-                        retries.progressed();
-                        pending = open(&inner, &task_id, redactor, InteractionKind::Approval, native_id, payload, job.task.deadline_at, &commands).await;
-                    }
-                    ProviderEvent::Question { native_id, payload } => {
-                        retries.progressed();
-                        pending = open(&inner, &task_id, redactor, InteractionKind::Question, native_id, payload, job.task.deadline_at, &commands).await;
-                    }
-                    ProviderEvent::Withdrawn { native_id } => {
-                        if let Some(p) = pending.take_if(|p| p.native_id == native_id) {
-                            let (tid, now) = (task_id.clone(), inner.clock.now_ms());
-                            let _ = inner
-                                .store
-                                .call(move |s| s.abandon_interaction(&tid, &p.request_id, WITHDRAWN, now))
-                                .await;
-                            inner.changes.notify(&task_id);
+                        ProviderEvent::Event { event_type, payload } => {
+                            retries.observe(&event_type, &payload);
+                            let mut batch = vec![(event_type, payload)];
+                            while batch.len() < EVENT_BATCH {
+                                match session.ready_event() {
+                                    Some(ProviderEvent::Event { event_type, payload }) => {
+                                        retries.observe(&event_type, &payload);
+                                        batch.push((event_type, payload));
+                                    }
+                                    other => {
+                                        next = other;
+                                        break;
+                                    }
+                                }
+                            }
+                            record_provider_events(&inner, &task_id, redactor, batch).await;
+                        }
+                        ProviderEvent::Approval { native_id, payload } => {
+                            retries.progressed();
+                            pending = open(&inner, &task_id, redactor, InteractionKind::Approval, native_id, payload, job.task.deadline_at, &commands).await;
+                        }
+                        ProviderEvent::Question { native_id, payload } => {
+                            retries.progressed();
+                            pending = open(&inner, &task_id, redactor, InteractionKind::Question, native_id, payload, job.task.deadline_at, &commands).await;
+                        }
+                        ProviderEvent::Withdrawn { native_id } => {
+                            if let Some(p) = pending.take_if(|p| p.native_id == native_id) {
+                                let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+                                let _ = inner
+                                    .store
+                                    .call(move |s| s.abandon_interaction(&tid, &p.request_id, WITHDRAWN, now))
+                                    .await;
+                                inner.changes.notify(&task_id);
+                            }
+                        }
+                        ProviderEvent::Usage(usage) => super::accounting::record_usage(&inner, &task_id, usage).await,
+                        ProviderEvent::Finished(TurnOutcome::Completed(text)) => return Ending::Completed(text),
+                        ProviderEvent::Finished(TurnOutcome::Failed { code, message }) => {
+                            // A provider that gave up while retrying its model service failed for
+                            // want of the service, whatever it calls that.
+                            let (code, message) = retries.gave_up(job.runtime.as_str(), code, &message);
+                            return Ending::Failed { code, message: redactor.text(&message) };
+                        }
+                        ProviderEvent::Finished(TurnOutcome::Interrupted) => {
+                            return Ending::Interrupted {
+                                code: code::AGENT_PROVIDER_ERROR,
+                                message: "the provider interrupted the turn on its own".into(),
+                            };
                         }
                     }
-                    ProviderEvent::Usage(usage) => super::accounting::record_usage(&inner, &task_id, usage).await,
-                    ProviderEvent::Finished(TurnOutcome::Completed(text)) => return Ending::Completed(text),
-                    ProviderEvent::Finished(TurnOutcome::Failed { code, message }) => {
-                        // A provider that gave up while retrying its model service failed for
-                        // want of the service, whatever it calls that.
-                        let (code, message) = retries.gave_up(job.runtime.as_str(), code, &message);
-                        return Ending::Failed { code, message: redactor.text(&message) };
-                    }
-                    ProviderEvent::Finished(TurnOutcome::Interrupted) => {
-                        return Ending::Interrupted {
-                            code: code::AGENT_PROVIDER_ERROR,
-                            message: "the provider interrupted the turn on its own".into(),
-                        };
-                    }
-                }
                 }
             }
         }
