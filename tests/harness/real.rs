@@ -132,6 +132,13 @@ impl RealBridge {
         RealBridge::start_inner(cli, Some(&bin), extra, vars).await
     }
 
+    /// [`RealBridge::start`] from `base` options (a benchmark's own bridge executable, its
+    /// variables).
+    pub async fn start_on(base: Options, cli: Cli, extra: &[&str]) -> Option<RealBridge> {
+        let cli_bin = require(cli)?;
+        RealBridge::start_from(base, cli, Some(&cli_bin), extra, &[]).await
+    }
+
     /// A bridge configured with no executable for `cli` (neither `SERVERFS_CODEX_BIN` nor
     /// `SERVERFS_CLAUDE_BIN`): it looks for the CLI on its `PATH`, which is `path` (give it a
     /// `PATH` in `vars`). `None` when the CLI is not installed here (outside CI), since a test
@@ -142,6 +149,16 @@ impl RealBridge {
     }
 
     async fn start_inner(cli: Cli, bin: Option<&Path>, extra: &[&str], vars: &[(&str, &str)]) -> Option<RealBridge> {
+        RealBridge::start_from(Options::default(), cli, bin, extra, vars).await
+    }
+
+    async fn start_from(
+        base: Options,
+        cli: Cli,
+        bin: Option<&Path>,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Option<RealBridge> {
         // Outside /tmp: Codex's own sandbox (with Debian's bwrap, which CI installs for the
         // bridge's) does not show a CODEX_HOME under /tmp to its helper, and an operator's
         // homes are not there either.
@@ -155,7 +172,7 @@ impl RealBridge {
             Cli::Codex => responses::start().await,
             Cli::Claude => messages::start().await,
         };
-        let mut options = Options::default()
+        let mut options = base
             .with("WORKDIR_03_ALIAS=ws")
             .with(&format!("WORKDIR_03_PATH={}", ws.display()))
             .with("WORKDIR_03_READ_ONLY=false")

@@ -14,7 +14,9 @@
 #[path = "../bins.rs"]
 mod bins;
 mod common;
+mod flood;
 mod guard;
+mod many;
 mod start;
 mod workdirs;
 
@@ -31,6 +33,10 @@ struct Cli {
 enum Command {
     /// Submit → the agent's first model request, against the agent started bare.
     Start(start::StartArgs),
+    /// Many tasks at once: the bridge's CPU, RSS and descriptors per waiting task.
+    Many(many::Args),
+    /// A flooding agent: ingestion, paging, memory and another task's latency meanwhile.
+    Flood(flood::Args),
     /// CI's regression guard: a fake task's start against the agent started bare.
     Guard(guard::GuardArgs),
 }
@@ -41,6 +47,8 @@ async fn main() -> anyhow::Result<()> {
     let run = async {
         match cli.command {
             Command::Start(args) => start::main(&args).await,
+            Command::Many(args) => many::run(args).await,
+            Command::Flood(args) => flood::run(args).await,
             Command::Guard(args) => {
                 if !guard::main(&args).await? {
                     std::process::exit(1);

@@ -189,11 +189,15 @@ fn read_sandbox(reader: &mut Reader<'_>) -> Option<SandboxSettings> {
     })
 }
 
+/// The most provider events a task may be configured to keep.
+const MAX_EVENTS_PER_TASK: u64 = 10_000_000;
+
 /// Reads the lifecycle limits and the result spool threshold.
 fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
     let task_timeout = reader.positive("SERVERFS_AGENT_TASK_TIMEOUT_SECONDS", MAX_SECONDS);
     let interaction = reader.positive("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS", MAX_SECONDS);
     let max_active = reader.positive("SERVERFS_AGENT_MAX_ACTIVE_TASKS", u64::from(u32::MAX));
+    let max_events = reader.positive("SERVERFS_AGENT_MAX_EVENTS_PER_TASK", MAX_EVENTS_PER_TASK);
     let retention = reader.positive("SERVERFS_AGENT_TASK_RETENTION_HOURS", MAX_HOURS);
     let audit_retention = reader.positive("SERVERFS_AGENT_AUDIT_RETENTION_DAYS", MAX_HOURS / 24);
     let threshold = reader.positive("SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES", MAX_SPOOLED_RESULT_BYTES);
@@ -204,6 +208,7 @@ fn read_limits(reader: &mut Reader<'_>) -> Option<Limits> {
         task_timeout_seconds: task_timeout?,
         interaction_timeout_seconds: interaction?,
         max_active_tasks: u32::try_from(max_active?).ok()?,
+        max_events_per_task: u32::try_from(max_events?).ok()?,
         retention_hours: retention?,
         audit_retention_days: audit_retention?,
         result_spool_threshold_bytes: threshold?,
@@ -422,6 +427,7 @@ pub fn check_rules(config: &BridgeConfig) -> Result<(), Refusals> {
         ("limits.task_timeout_seconds", limits.task_timeout_seconds, MAX_SECONDS),
         ("limits.interaction_timeout_seconds", limits.interaction_timeout_seconds, MAX_SECONDS),
         ("limits.max_active_tasks", u64::from(limits.max_active_tasks), u64::MAX),
+        ("limits.max_events_per_task", u64::from(limits.max_events_per_task), MAX_EVENTS_PER_TASK),
         ("limits.retention_hours", limits.retention_hours, MAX_HOURS),
         ("limits.audit_retention_days", limits.audit_retention_days, MAX_HOURS / 24),
         ("limits.result_spool_threshold_bytes", limits.result_spool_threshold_bytes, MAX_SPOOLED_RESULT_BYTES),

@@ -186,6 +186,12 @@ pub static KEYS: &[KeySpec] = &[
         "The most tasks that may be unfinished at once, all callers together.",
     ),
     ours(
+        "SERVERFS_AGENT_MAX_EVENTS_PER_TASK",
+        Some("10000"),
+        Group::Lifecycle,
+        "Provider events kept per task; more are dropped and counted (at most 10000000).",
+    ),
+    ours(
         "SERVERFS_AGENT_TASK_RETENTION_HOURS",
         Some("168"),
         Group::Lifecycle,

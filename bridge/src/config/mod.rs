@@ -292,6 +292,10 @@ pub struct Limits {
     pub interaction_timeout_seconds: u64,
     /// `SERVERFS_AGENT_MAX_ACTIVE_TASKS` (4): non-terminal tasks at once, all callers together.
     pub max_active_tasks: u32,
+    /// `SERVERFS_AGENT_MAX_EVENTS_PER_TASK` (10000): provider events kept per task; more are
+    /// dropped and counted (a config rendered before this key existed loads with the default).
+    #[serde(default = "default_max_events_per_task")]
+    pub max_events_per_task: u32,
     /// `SERVERFS_AGENT_TASK_RETENTION_HOURS` (168): how long a terminal task is kept.
     pub retention_hours: u64,
     /// `SERVERFS_AGENT_AUDIT_RETENTION_DAYS` (90): how long an audit row is kept (a config
@@ -311,6 +315,10 @@ pub struct Limits {
     pub provider_retry_timeout_seconds: u64,
 }
 
+fn default_max_events_per_task() -> u32 {
+    10_000
+}
+
 fn default_provider_retry_timeout_seconds() -> u64 {
     120
 }
@@ -321,6 +329,7 @@ impl Default for Limits {
             task_timeout_seconds: 7200,
             interaction_timeout_seconds: 1800,
             max_active_tasks: 4,
+            max_events_per_task: default_max_events_per_task(),
             retention_hours: 168,
             audit_retention_days: default_audit_retention_days(),
             result_spool_threshold_bytes: 262_144,

@@ -104,6 +104,7 @@ impl fmt::Display for EnvReport {
         writeln!(f, "  task timeout:        {} s", l.task_timeout_seconds)?;
         writeln!(f, "  interaction timeout: {} s", l.interaction_timeout_seconds)?;
         writeln!(f, "  max active tasks:    {}", l.max_active_tasks)?;
+        writeln!(f, "  events per task:     {} kept", l.max_events_per_task)?;
         writeln!(f, "  retention:           {} h", l.retention_hours)?;
         writeln!(f, "  audit retention:     {} days", l.audit_retention_days)?;
         writeln!(f, "  spool results over:  {} bytes", l.result_spool_threshold_bytes)?;

@@ -3,7 +3,8 @@
 //!
 //! Its prompt is a script, one command:
 //! `complete:TEXT`, `approval:TEXT`, `question:TEXT`, `wait:SECONDS`, `fail:TEXT`, `crash`,
-//! `ignore-interrupt:SECONDS`, `orphan:SECONDS`, `events:N`, `big:BYTES`, `cwd`,
+//! `ignore-interrupt:SECONDS`, `orphan:SECONDS`, `events:N` (as fast as it can), `events:N@RATE`
+//! (`RATE` a second), `big:BYTES`, `cwd`,
 //! `usage:IN/OUT/COST` (reports that token usage and cost, then completes),
 //! `answered-elsewhere:SECONDS` (asks for approval, then resolves it itself), `exec:COMMAND`
 //! (runs `sh -c COMMAND` inside the task, as an agent's tool would, and answers with its exit
@@ -215,14 +216,24 @@ impl Agent {
                 Some(s) => self.orphan(s),
                 None => failed(format!("orphan needs seconds, got {arg:?}")),
             },
-            "events" => match arg.trim().parse::<u64>() {
-                Ok(n) => {
+            "events" => match parse_events(arg) {
+                Ok((n, rate)) => {
+                    let started = Instant::now();
                     for i in 1..=n {
+                        if let Some(rate) = rate {
+                            // Event `i` is due `(i - 1) / rate` s after the first: sleep until
+                            // then, in steps of at least a millisecond (a burst per step).
+                            let due = started + Duration::from_secs_f64((i - 1) as f64 / rate);
+                            let now = Instant::now();
+                            if due > now {
+                                std::thread::sleep((due - now).max(Duration::from_millis(1)));
+                            }
+                        }
                         event("agent.message", json!({ "text": format!("event {i} of {n}") }));
                     }
                     finish(format!("emitted {n} events"))
                 }
-                Err(_) => failed(format!("events needs a count, got {arg:?}")),
+                Err(why) => failed(why),
             },
             "big" => match arg.trim().parse::<usize>() {
                 Ok(n) => finish(big_text(n)),
@@ -379,6 +390,27 @@ fn exec(command: &str) -> i32 {
     }
 }
 
+/// `events:N` (as fast as it can) or `events:N@RATE` (`RATE` events a second, a positive
+/// number): the count and the rate.
+fn parse_events(arg: &str) -> Result<(u64, Option<f64>), String> {
+    let (count, rate) = match arg.split_once('@') {
+        Some((count, rate)) => (count, Some(rate)),
+        None => (arg, None),
+    };
+    let n = count
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| format!("events needs a count (events:N or events:N@RATE), got {arg:?}"))?;
+    let rate = match rate {
+        None => None,
+        Some(rate) => match rate.trim().parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Some(r),
+            _ => return Err(format!("events:N@RATE needs a positive number of events a second, got {rate:?}")),
+        },
+    };
+    Ok((n, rate))
+}
+
 fn failed(message: String) -> i32 {
     emit(&FromChild::Failed { message });
     0
@@ -410,6 +442,17 @@ pub fn big_text(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn events_takes_a_count_and_an_optional_rate() {
+        assert_eq!(super::parse_events("5"), Ok((5, None)));
+        assert_eq!(super::parse_events(" 100000@10000 "), Ok((100_000, Some(10_000.0))));
+        assert_eq!(super::parse_events("3@0.5"), Ok((3, Some(0.5))));
+        for bad in ["", "x", "-1", "5@", "5@0", "5@-3", "5@inf", "5@NaN", "5@1@2", "@10", "1.5@10"] {
+            let why = super::parse_events(bad).expect_err(bad);
+            assert!(why.starts_with("events"), "{bad}: {why}");
+        }
+    }
+
     #[test]
     fn big_text_has_the_exact_size() {
         for n in [0, 1, 2, 3, 17, 18, 19, 20, 1000, 262_145] {

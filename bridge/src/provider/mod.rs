@@ -264,6 +264,11 @@ impl Session {
         self.events.recv().await
     }
 
+    /// The next event if one is already waiting.
+    pub fn ready_event(&mut self) -> Option<ProviderEvent> {
+        self.events.try_recv().ok()
+    }
+
     /// A sender for commands to the provider.
     pub fn commands(&self) -> mpsc::Sender<ProviderCommand> {
         self.commands.clone()

@@ -246,6 +246,24 @@ fn provider_events_over_the_cap_are_dropped_and_counted() {
     let events = store.read_events("agt_1", 0, 500).unwrap();
     assert_eq!(events.len() as i64, task.event_count);
     assert!(events.windows(2).all(|w| w[0].event_id < w[1].event_id));
+    // 2 = FULL: a provider event's relaxed commit leaves the next writes durable.
+    let synchronous: i64 = store.write(|tx| Ok(tx.query_row("PRAGMA synchronous", [], |r| r.get(0))?)).unwrap();
+    assert_eq!(synchronous, 2);
+}
+
+#[test]
+fn provider_events_stored_together_keep_their_order_and_the_cap() {
+    let (_dir, store) = open();
+    running(&store, "agt_1");
+    let base = store.get_task("agt_1").unwrap().unwrap().event_count;
+    let events: Vec<NewEvent> =
+        (0..5).map(|i| NewEvent::new("agent.message", serde_json::json!({ "text": format!("e{i}") }))).collect();
+    assert_eq!(store.append_provider_events("agt_1", &events, base as u32 + 3, 5).unwrap(), 3);
+    let task = store.get_task("agt_1").unwrap().unwrap();
+    assert_eq!((task.event_count, task.events_dropped), (base + 3, 2));
+    let texts: Vec<String> =
+        store.read_events("agt_1", 0, 500).unwrap().into_iter().skip(base as usize).map(|e| e.payload_json).collect();
+    assert_eq!(texts, [r#"{"text":"e0"}"#, r#"{"text":"e1"}"#, r#"{"text":"e2"}"#]);
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Inner, MAX_EVENTS_PER_TASK};
+use super::Inner;
 use crate::model::Usage;
 use crate::store::accounting::UsageTotals;
 use crate::store::events::NewEvent;
@@ -74,12 +74,12 @@ pub fn timing_json(t: &TaskRow, pending_since: Option<i64>, now: i64) -> Value {
 /// Stores a runtime's usage report and records it as an event (under the per-task cap).
 pub(super) async fn record_usage(inner: &Arc<Inner>, task_id: &str, usage: Usage) {
     let event = NewEvent::new("usage.updated", usage_json(&usage));
-    let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let (tid, now, cap) = (task_id.to_owned(), inner.clock.now_ms(), inner.config.limits.max_events_per_task);
     let stored = inner
         .store
         .call(move |s| {
             s.set_usage(&tid, &usage, now)?;
-            s.append_event(&tid, &event, Some(MAX_EVENTS_PER_TASK), now)
+            s.append_event(&tid, &event, Some(cap), now)
         })
         .await;
     if let Err(e) = stored {

@@ -59,8 +59,6 @@ pub use submit::{SubmitRequest, resolve_cwd};
 pub const MAX_TEXT_BYTES: usize = 65_536;
 /// Largest event payload, in bytes of JSON.
 pub const MAX_EVENT_BYTES: usize = 65_536;
-/// Provider events kept per task; more are dropped and counted.
-pub const MAX_EVENTS_PER_TASK: u32 = 10_000;
 /// How long a provider interrupt may take before cleanup goes on without it.
 pub const INTERRUPT_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 

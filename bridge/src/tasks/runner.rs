@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::job::{Ending, Job, lifecycle, transition};
 use super::redact::Redactor;
-use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_EVENTS_PER_TASK, MAX_TEXT_BYTES, recovery, results};
+use super::{Control, INTERRUPT_BOUND, Inner, MAX_EVENT_BYTES, MAX_TEXT_BYTES, recovery, results};
 use crate::error::code;
 use crate::model::{InteractionKind, TaskStatus};
 use crate::provider::supervise::StopProof;
@@ -195,48 +195,66 @@ async fn relay(job: &mut Job, session: &mut Session, redactor: &Redactor) -> End
                     };
                     return Ending::Failed { code: code::AGENT_PROVIDER_DISCONNECTED, message };
                 };
-                match event {
-                    ProviderEvent::Session(id) => {
-                        let (tid, now) = (task_id.clone(), inner.clock.now_ms());
-                        if let Err(e) = inner.store.call(move |s| s.set_native_session(&tid, &id, now)).await {
-                            tracing::warn!(cause = %e, "cannot record the native session");
-                        }
-                    }
-                    ProviderEvent::Event { event_type, payload } => {
-                        retries.observe(&event_type, &payload);
-                        record(&inner, &task_id, redactor, &event_type, payload, true).await;
-                    }
-                    ProviderEvent::Approval { native_id, payload } => {
-                        retries.progressed();
-                        pending = open(&inner, &task_id, redactor, InteractionKind::Approval, native_id, payload, job.task.deadline_at, &commands).await;
-                    }
-                    ProviderEvent::Question { native_id, payload } => {
-                        retries.progressed();
-                        pending = open(&inner, &task_id, redactor, InteractionKind::Question, native_id, payload, job.task.deadline_at, &commands).await;
-                    }
-                    ProviderEvent::Withdrawn { native_id } => {
-                        if let Some(p) = pending.take_if(|p| p.native_id == native_id) {
+                // Provider events already waiting behind this one are stored with it, in one
+                // transaction; the first other message is handled right after them.
+                let mut next = Some(event);
+                while let Some(event) = next.take() {
+                    match event {
+                        ProviderEvent::Session(id) => {
                             let (tid, now) = (task_id.clone(), inner.clock.now_ms());
-                            let _ = inner
-                                .store
-                                .call(move |s| s.abandon_interaction(&tid, &p.request_id, WITHDRAWN, now))
-                                .await;
-                            inner.changes.notify(&task_id);
+                            if let Err(e) = inner.store.call(move |s| s.set_native_session(&tid, &id, now)).await {
+                                tracing::warn!(cause = %e, "cannot record the native session");
+                            }
                         }
-                    }
-                    ProviderEvent::Usage(usage) => super::accounting::record_usage(&inner, &task_id, usage).await,
-                    ProviderEvent::Finished(TurnOutcome::Completed(text)) => return Ending::Completed(text),
-                    ProviderEvent::Finished(TurnOutcome::Failed { code, message }) => {
-                        // A provider that gave up while retrying its model service failed for
-                        // want of the service, whatever it calls that.
-                        let (code, message) = retries.gave_up(job.runtime.as_str(), code, &message);
-                        return Ending::Failed { code, message: redactor.text(&message) };
-                    }
-                    ProviderEvent::Finished(TurnOutcome::Interrupted) => {
-                        return Ending::Interrupted {
-                            code: code::AGENT_PROVIDER_ERROR,
-                            message: "the provider interrupted the turn on its own".into(),
-                        };
+                        ProviderEvent::Event { event_type, payload } => {
+                            retries.observe(&event_type, &payload);
+                            let mut batch = vec![(event_type, payload)];
+                            while batch.len() < EVENT_BATCH {
+                                match session.ready_event() {
+                                    Some(ProviderEvent::Event { event_type, payload }) => {
+                                        retries.observe(&event_type, &payload);
+                                        batch.push((event_type, payload));
+                                    }
+                                    other => {
+                                        next = other;
+                                        break;
+                                    }
+                                }
+                            }
+                            record_provider_events(&inner, &task_id, redactor, batch).await;
+                        }
+                        ProviderEvent::Approval { native_id, payload } => {
+                            retries.progressed();
+                            pending = open(&inner, &task_id, redactor, InteractionKind::Approval, native_id, payload, job.task.deadline_at, &commands).await;
+                        }
+                        ProviderEvent::Question { native_id, payload } => {
+                            retries.progressed();
+                            pending = open(&inner, &task_id, redactor, InteractionKind::Question, native_id, payload, job.task.deadline_at, &commands).await;
+                        }
+                        ProviderEvent::Withdrawn { native_id } => {
+                            if let Some(p) = pending.take_if(|p| p.native_id == native_id) {
+                                let (tid, now) = (task_id.clone(), inner.clock.now_ms());
+                                let _ = inner
+                                    .store
+                                    .call(move |s| s.abandon_interaction(&tid, &p.request_id, WITHDRAWN, now))
+                                    .await;
+                                inner.changes.notify(&task_id);
+                            }
+                        }
+                        ProviderEvent::Usage(usage) => super::accounting::record_usage(&inner, &task_id, usage).await,
+                        ProviderEvent::Finished(TurnOutcome::Completed(text)) => return Ending::Completed(text),
+                        ProviderEvent::Finished(TurnOutcome::Failed { code, message }) => {
+                            // A provider that gave up while retrying its model service failed for
+                            // want of the service, whatever it calls that.
+                            let (code, message) = retries.gave_up(job.runtime.as_str(), code, &message);
+                            return Ending::Failed { code, message: redactor.text(&message) };
+                        }
+                        ProviderEvent::Finished(TurnOutcome::Interrupted) => {
+                            return Ending::Interrupted {
+                                code: code::AGENT_PROVIDER_ERROR,
+                                message: "the provider interrupted the turn on its own".into(),
+                            };
+                        }
                     }
                 }
             }
@@ -383,9 +401,20 @@ async fn record(
     task_id: &str,
     redactor: &Redactor,
     event_type: &str,
-    mut payload: Value,
+    payload: Value,
     capped: bool,
 ) {
+    let event = provider_event(redactor, event_type, payload);
+    let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
+    let cap = capped.then_some(inner.config.limits.max_events_per_task);
+    if let Err(e) = inner.store.call(move |s| s.append_event(&tid, &event, cap, now)).await {
+        tracing::warn!(cause = %e, "cannot record an event");
+    }
+}
+
+/// An event as stored: its type checked (else `provider.event`), its payload an object,
+/// redacted and bounded.
+fn provider_event(redactor: &Redactor, event_type: &str, mut payload: Value) -> NewEvent {
     let valid_type = event_type.len() <= 64
         && event_type.contains('.')
         && event_type.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
@@ -398,11 +427,20 @@ async fn record(
     if text.len() > MAX_EVENT_BYTES {
         payload = bound_payload(&payload, &text);
     }
-    let event = NewEvent::new(event_type, payload);
-    let (tid, now) = (task_id.to_owned(), inner.clock.now_ms());
-    let cap = capped.then_some(MAX_EVENTS_PER_TASK);
-    if let Err(e) = inner.store.call(move |s| s.append_event(&tid, &event, cap, now)).await {
-        tracing::warn!(cause = %e, "cannot record an event");
+    NewEvent::new(event_type, payload)
+}
+
+/// The most provider events stored in one transaction.
+const EVENT_BATCH: usize = 256;
+
+/// Records provider events that arrived together (redacted, bounded, typed as [`record`]
+/// does), in one transaction, under the per-task cap.
+async fn record_provider_events(inner: &Arc<Inner>, task_id: &str, redactor: &Redactor, batch: Vec<(String, Value)>) {
+    let events: Vec<NewEvent> =
+        batch.into_iter().map(|(event_type, payload)| provider_event(redactor, &event_type, payload)).collect();
+    let (tid, now, cap) = (task_id.to_owned(), inner.clock.now_ms(), inner.config.limits.max_events_per_task);
+    if let Err(e) = inner.store.call(move |s| s.append_provider_events(&tid, &events, cap, now)).await {
+        tracing::warn!(cause = %e, "cannot record the provider's events");
     }
 }
 

@@ -12,6 +12,7 @@
 //! | `WRITE_FILE:<path>` | a `Write` tool use creating `<path>` |
 //! | `ASK_USER` | an `AskUserQuestion` tool use with one question (Blue / Red) |
 //! | `SLOW` | an answer streamed over about four seconds |
+//! | `HOLD_REPLY` | an answer whose every event comes 30 s after the last (a model call that keeps its CLI waiting for minutes) |
 //! | `SAY:<text>` | `<text>` |
 //! | anything else | [`HELLO`] |
 //!
@@ -120,6 +121,9 @@ fn reply(request: &Request) -> Reply {
             "options": [{ "label": "Blue", "description": "Calm" }, { "label": "Red", "description": "Bold" }],
         }]});
         return tool(n, "AskUserQuestion", input, stream);
+    }
+    if prompt.contains("HOLD_REPLY") {
+        return text(n, "Held. ", stream, Duration::from_secs(30), 1);
     }
     if prompt.contains("SLOW") {
         return text(n, "This answer takes a while to arrive. ", stream, Duration::from_millis(250), 16);

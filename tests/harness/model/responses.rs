@@ -10,6 +10,7 @@
 //! | `APPLY_PATCH:<path>` | an `exec_command` call running `apply_patch` that adds `<path>` with the line `patched` (Codex applies it itself, asking first when the path is outside the writable roots) |
 //! | `ASK_USER` | a `request_user_input` call with one question (`color`: Blue / Red) |
 //! | `SLOW` | an answer streamed over about four seconds |
+//! | `HOLD_REPLY` | an answer whose every event comes 30 s after the last (a model call that keeps its CLI waiting for minutes) |
 //! | `SAY:<text>` | `<text>` |
 //! | anything else | [`HELLO`] |
 
@@ -114,6 +115,9 @@ fn reply(request: &Request) -> Reply {
             "options": [{ "label": "Blue", "description": "Calm" }, { "label": "Red", "description": "Bold" }],
         }]});
         return call(n, "request_user_input", args);
+    }
+    if prompt.contains("HOLD_REPLY") {
+        return text(n, "Held. ", Duration::from_secs(30), 1);
     }
     if prompt.contains("SLOW") {
         return text(n, "This answer takes a while to arrive. ", Duration::from_millis(250), 16);

@@ -126,6 +126,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
          SERVERFS_AGENT_TASK_TIMEOUT_SECONDS=3600\n\
          SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS=600   # ten minutes\n\
          SERVERFS_AGENT_MAX_ACTIVE_TASKS=2\n\
+         SERVERFS_AGENT_MAX_EVENTS_PER_TASK=250000\n\
          SERVERFS_AGENT_TASK_RETENTION_HOURS=24\n\
          SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES=8388608\n\
          SERVERFS_AGENT_EVENT_IDLE_TIMEOUT_SECONDS=900\n\
@@ -176,6 +177,7 @@ fn a_full_env_gives_the_expected_config() -> TestResult {
             task_timeout_seconds: 3600,
             interaction_timeout_seconds: 600,
             max_active_tasks: 2,
+            max_events_per_task: 250_000,
             retention_hours: 24,
             audit_retention_days: 90,
             result_spool_threshold_bytes: 8_388_608,
@@ -406,6 +408,8 @@ fn lifecycle_limits_are_strict_positive_integers() -> TestResult {
         ("SERVERFS_AGENT_INTERACTION_TIMEOUT_SECONDS=1.0", "not a positive whole number"),
         ("SERVERFS_AGENT_MAX_ACTIVE_TASKS=\" 4\"", "not a positive whole number"),
         ("SERVERFS_AGENT_MAX_ACTIVE_TASKS=4294967296", "too large"),
+        ("SERVERFS_AGENT_MAX_EVENTS_PER_TASK=0", "at least 1"),
+        ("SERVERFS_AGENT_MAX_EVENTS_PER_TASK=10000001", "too large"),
         ("SERVERFS_AGENT_TASK_RETENTION_HOURS=99999999999999999999999", "too large"),
         ("SERVERFS_AGENT_TASK_RETENTION_HOURS=+168", "not a positive whole number"),
         ("SERVERFS_AGENT_RESULT_SPOOL_THRESHOLD_BYTES=8388609", "at most 8388608"),
