@@ -14,6 +14,12 @@
 #[path = "../bins.rs"]
 mod bins;
 mod common;
+mod history;
+mod history_store;
+mod notify;
+#[path = "../calls/seed.rs"]
+#[expect(dead_code, reason = "`calls`' seed, shared: `tasks` uses its bridge store, not its reference file")]
+mod seed;
 
 use clap::{Parser, Subcommand};
 
@@ -25,10 +31,19 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {}
+enum Command {
+    /// A year of history: start-up, retention, reads, the board's list and `tasks list` with
+    /// 1,000 and with 1,000,000 retained tasks.
+    History(history::HistoryArgs),
+    /// Notification latency: a state change → its webhook on loopback, p50/p99.
+    Notify(notify::NotifyArgs),
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::History(args) => history::main(&args).await,
+        Command::Notify(args) => notify::main(&args).await,
+    }
 }
