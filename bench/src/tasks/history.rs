@@ -90,8 +90,11 @@ enum Target {
     Shown,
 }
 
-/// The rows of the report: name, the figure, its target.
-const ROWS: [(&str, fn(&Figures) -> f64, Target); 9] = [
+/// A row of the report: its name, its figure, its target.
+type Row = (&'static str, fn(&Figures) -> f64, Target);
+
+/// The rows of the report.
+const ROWS: [Row; 9] = [
     ("start-up: spawn → `bridge.health` answers (median)", |f| f.startup, Target::Startup),
     (
         "retention pass: `cancel_agent_task` of the newest, finished task (two reads + one pass), p50",
@@ -386,7 +389,7 @@ fn grouped(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -13,6 +13,7 @@
 
 #[path = "../bins.rs"]
 mod bins;
+#[allow(dead_code, reason = "the frame's shared pieces: the other subcommands use what these two do not")]
 mod common;
 mod history;
 mod history_store;
