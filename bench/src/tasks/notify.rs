@@ -136,11 +136,12 @@ pub async fn main(args: &NotifyArgs) -> anyhow::Result<()> {
         .var("AGENT_BRIDGE_LOG", "warn");
     let mut b = TestBridge::prepare(options);
     b.spawn().await;
-    let (mut cancels, mut replies, mut ends) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cancels, mut replies, mut after, mut ends) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.count {
         let (latency, reply) = cancel(&b, &receiver).await.with_context(|| format!("cancel {i}"))?;
         cancels.push(latency);
         replies.push(reply);
+        after.push(latency - reply);
         ends.push(end(&b, &receiver).await.with_context(|| format!("end {i}"))?);
     }
     b.stop().await;
@@ -155,6 +156,7 @@ pub async fn main(args: &NotifyArgs) -> anyhow::Result<()> {
     for (what, v, judged) in [
         ("cancel: the `cancel_agent_task` call → `task.finished` arrives", &cancels, true),
         ("(the cancel call's own answer)", &replies, false),
+        ("(the webhook's arrival after that answer, per change; negative: before it)", &after, false),
         ("end: the task's `completed_at` → `task.finished` arrives (wall clocks, ms)", &ends, true),
     ] {
         let p99 = quantile(v, 0.99);
