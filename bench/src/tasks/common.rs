@@ -1,6 +1,5 @@
 //! What every `tasks` measure shares: a loopback server that notes when each request arrives,
 //! waiting on a task, `/proc` readings of a process, and order statistics.
-#![allow(dead_code, reason = "the arrival server and the python probe serve subcommands of other branches")]
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};

@@ -16,7 +16,13 @@ mod bins;
 mod common;
 mod flood;
 mod guard;
+mod history;
+mod history_store;
 mod many;
+mod notify;
+#[path = "../calls/seed.rs"]
+#[expect(dead_code, reason = "`calls`' seed, shared: `tasks` uses its bridge store, not its reference file")]
+mod seed;
 mod start;
 mod workdirs;
 
@@ -39,6 +45,11 @@ enum Command {
     Flood(flood::Args),
     /// CI's regression guard: a fake task's start against the agent started bare.
     Guard(guard::GuardArgs),
+    /// A year of history: start-up, retention, reads, the board's list and `tasks list` with
+    /// 1,000 and with 1,000,000 retained tasks.
+    History(history::HistoryArgs),
+    /// Notification latency: a state change → its webhook on loopback, p50/p99.
+    Notify(notify::NotifyArgs),
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -49,6 +60,8 @@ async fn main() -> anyhow::Result<()> {
             Command::Start(args) => start::main(&args).await,
             Command::Many(args) => many::run(args).await,
             Command::Flood(args) => flood::run(args).await,
+            Command::History(args) => history::main(&args).await,
+            Command::Notify(args) => notify::main(&args).await,
             Command::Guard(args) => {
                 if !guard::main(&args).await? {
                     std::process::exit(1);

@@ -31,6 +31,10 @@ fn default_list_limit() -> u32 {
     50
 }
 
+fn default_totals() -> bool {
+    true
+}
+
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListTasksArgs {
@@ -58,6 +62,10 @@ struct ListTasksArgs {
     #[serde(default = "default_list_limit")]
     #[schemars(range(min = 1, max = 200))]
     limit: u32,
+    /// Whether to add the usage totals over the whole filter (a pass over every task it
+    /// matches); false leaves `totals` out, for a page that does not show them.
+    #[serde(default = "default_totals")]
+    totals: bool,
 }
 
 /// An optional RFC 3339 argument as Unix ms, or an error naming it.
@@ -134,7 +142,7 @@ pub(super) fn all() -> Vec<Capability> {
                 "admin_list_tasks",
                 Scope::Read,
                 Role::Admin,
-                "Lists every principal's tasks, newest first, with filters and a page cursor, each with its title, duration, usage and change outline, and usage totals over the whole filter per principal and per workdir.",
+                "Lists every principal's tasks, newest first, with filters and a page cursor, each with its title, duration, usage and change outline, and (unless `totals` is false) usage totals over the whole filter per principal and per workdir.",
                 Annotations::READ,
             ),
             |ctx: CallCtx, a: ListTasksArgs| async move {
@@ -147,7 +155,7 @@ pub(super) fn all() -> Vec<Capability> {
                     created_since: instant("since", a.since.as_deref())?,
                     created_until: instant("until", a.until.as_deref())?,
                 };
-                tasks(&ctx).list(filter, a.limit).await
+                tasks(&ctx).list(filter, a.limit, a.totals).await
             },
         ),
         Capability::new(

@@ -24,7 +24,7 @@ const PINNED: &[(&str, &str)] = &[
     ("cancel_agent_task", "9536ac25d5a106970926d1a7"),
     ("merge_agent_task", "199b6fbf133d6f28548b8f95"),
     ("discard_agent_task", "8eeec4db411d049c5c4a01a8"),
-    ("admin_list_tasks", "bb765b05c8362541eb8fd235"),
+    ("admin_list_tasks", "74c0dcc4651509f6ae5b5ebd"),
     ("admin_read_audit_log", "049914d44ad97431709b70c7"),
     ("admin_workdir_status", "456113b2cbd44078a8d047dd"),
     ("admin_clear_guard", "31d7a747ac1ce6473e58d9de"),

@@ -345,6 +345,13 @@ fn find_by_key_in(conn: &Connection, principal: &str, key: &str) -> Result<Optio
     Ok(conn.prepare_cached(&sql)?.query_row([principal, key], task_from_row).optional()?)
 }
 
+/// The terminal tasks completed before `?1`. A task ends after it was created, so each of them
+/// was also created before `?1`: that bound lets SQLite walk `tasks_by_created` over the tasks
+/// older than the cutoff (none, most passes) instead of reading every row of the table — a
+/// retention pass runs at every submit, end and cancel. (Should the wall clock step back
+/// while a task runs, so that it ends "before" its creation, it goes that much later.)
+pub(super) const EXPIRED: &str = "created_at < ?1 AND completed_at IS NOT NULL AND completed_at < ?1";
+
 const ACTIVE_STATES: &str = "('queued','starting','running','waiting_for_approval','waiting_for_question')";
 
 /// What a task view is made of, read on one connection: the task, its pending request, the
@@ -526,7 +533,7 @@ impl Store {
     pub fn delete_expired(&self, cutoff: i64) -> Result<Vec<(String, Option<ResultStorage>)>, StoreError> {
         // Most passes find nothing: check on a reader first so they cost no write transaction.
         let due: i64 = self.read(|c| {
-            Ok(c.prepare_cached("SELECT COUNT(*) FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1")?
+            Ok(c.prepare_cached(&format!("SELECT COUNT(*) FROM tasks WHERE {EXPIRED}"))?
                 .query_row([cutoff], |r| r.get(0))?)
         })?;
         if due == 0 {
@@ -534,13 +541,13 @@ impl Store {
         }
         self.write(|tx| {
             // A step of a plan that still runs stays: the next step continues its session.
-            let mut stmt = tx.prepare(
-                "SELECT task_id, result_storage FROM tasks WHERE completed_at IS NOT NULL AND completed_at < ?1 \
+            let mut stmt = tx.prepare(&format!(
+                "SELECT task_id, result_storage FROM tasks WHERE {EXPIRED} \
                  AND task_id NOT IN (SELECT task_id FROM recovery_guards) \
                  AND task_id NOT IN (SELECT task_id FROM worktrees WHERE state IN ('preparing','active','open','kept')) \
                  AND task_id NOT IN (SELECT s.task_id FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id \
-                     WHERE s.task_id IS NOT NULL AND p.status IN ('approved','running','waiting'))",
-            )?;
+                     WHERE s.task_id IS NOT NULL AND p.status IN ('approved','running','waiting'))"
+            ))?;
             let doomed = stmt
                 .query_map([cutoff], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<ResultStorage>>(1)?)))?
                 .collect::<Result<Vec<_>, _>>()?;

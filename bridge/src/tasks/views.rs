@@ -184,8 +184,9 @@ impl TaskService {
         Ok(chunk)
     }
 
-    /// `admin_list_tasks`: every principal's tasks, newest first, with a cursor.
-    pub async fn list(&self, filter: TaskFilter, limit: u32) -> Result<Value, ToolError> {
+    /// `admin_list_tasks`: every principal's tasks, newest first, with a cursor; with the usage
+    /// totals over the whole filter when `with_totals` (they read every task it matches).
+    pub async fn list(&self, filter: TaskFilter, limit: u32, with_totals: bool) -> Result<Value, ToolError> {
         let now = self.inner.clock.now_ms();
         let (rows, totals) = self
             .inner
@@ -193,8 +194,10 @@ impl TaskService {
             .call(move |s| {
                 let rows = s.list_tasks(&filter, limit)?;
                 let mut totals = Vec::new();
-                for by in [TotalsBy::All, TotalsBy::Principal, TotalsBy::Workdir] {
-                    totals.push(s.usage_totals(&filter, by, now)?);
+                if with_totals {
+                    for by in [TotalsBy::All, TotalsBy::Principal, TotalsBy::Workdir] {
+                        totals.push(s.usage_totals(&filter, by, now)?);
+                    }
                 }
                 Ok((rows, totals))
             })
@@ -209,12 +212,14 @@ impl TaskService {
                 })
                 .collect()
         };
-        let overall = totals[0].first().map(|(_, t)| accounting::totals_json(t)).unwrap_or_default();
-        let totals = json!({
-            "overall": overall,
-            "by_principal": group(&totals[1], "principal"),
-            "by_workdir": group(&totals[2], "workdir"),
-        });
+        let totals = match totals.as_slice() {
+            [all, principals, workdirs] => Some(json!({
+                "overall": all.first().map(|(_, t)| accounting::totals_json(t)).unwrap_or_default(),
+                "by_principal": group(principals, "principal"),
+                "by_workdir": group(workdirs, "workdir"),
+            })),
+            _ => None,
+        };
         let next = if rows.len() as u32 == limit { rows.last().map(|r| r.task_id.clone()) } else { None };
         let tasks: Vec<Value> = rows
             .iter()
@@ -243,6 +248,10 @@ impl TaskService {
                 })
             })
             .collect();
-        Ok(json!({ "tasks": tasks, "next_before_task_id": next, "totals": totals }))
+        let mut page = json!({ "tasks": tasks, "next_before_task_id": next });
+        if let Some(totals) = totals {
+            page["totals"] = totals;
+        }
+        Ok(page)
     }
 }
