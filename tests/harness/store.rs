@@ -135,7 +135,8 @@ impl TestBridge {
         for id in task_ids {
             let n = db
                 .execute(
-                    "UPDATE tasks SET completed_at = completed_at - ?2 WHERE task_id = ?1 AND completed_at IS NOT NULL",
+                    "UPDATE tasks SET created_at = created_at - ?2, started_at = started_at - ?2, \
+                     completed_at = completed_at - ?2 WHERE task_id = ?1 AND completed_at IS NOT NULL",
                     rusqlite::params![id, hours * 3_600_000],
                 )
                 .expect("age a task");

@@ -355,7 +355,10 @@ pub async fn main(args: &StartArgs) -> anyhow::Result<()> {
             if runtime == "fake" {
                 // Read-only (no writer lease, no baseline) in each layout: the split's steps.
                 for (layout, b) in &bridges {
-                    s.add(&format!("fake {layout} read-only, big"), scene.task(b, "fake", "big_ro", "in_place").await?.0);
+                    s.add(
+                        &format!("fake {layout} read-only, big"),
+                        scene.task(b, "fake", "big_ro", "in_place").await?.0,
+                    );
                 }
             }
             if !args.no_worktree {
@@ -417,10 +420,19 @@ fn report(args: &StartArgs, s: &Samples) {
     println!("Where a fake task's start goes, on the git repository (differences of medians, ms):");
     let parts = [
         ("the agent itself (bare)", m("fake bare, big")),
-        ("the bridge: submit, store, spawn (read-only, no sandbox, against bare)", diff("fake none read-only, big", "fake bare, big")),
+        (
+            "the bridge: submit, store, spawn (read-only, no sandbox, against bare)",
+            diff("fake none read-only, big", "fake bare, big"),
+        ),
         ("the sandbox (read-only: host against none)", diff("fake host read-only, big", "fake none read-only, big")),
-        ("the egress proxy (read-only: proxy against host)", diff("fake proxy read-only, big", "fake host read-only, big")),
-        ("the writer lease and change-set baseline (read-write against read-only)", diff("fake proxy in_place, big", "fake proxy read-only, big")),
+        (
+            "the egress proxy (read-only: proxy against host)",
+            diff("fake proxy read-only, big", "fake host read-only, big"),
+        ),
+        (
+            "the writer lease and change-set baseline (read-write against read-only)",
+            diff("fake proxy in_place, big", "fake proxy read-only, big"),
+        ),
         ("the worktree (worktree against in place)", diff("fake proxy worktree, big", "fake proxy in_place, big")),
     ];
     for (what, ms) in parts {

@@ -42,7 +42,12 @@ pub fn generate(dir: &Path, files: usize, bytes: usize, probe: &str, repository:
     if repository {
         git(dir, &["init", "-q", "-b", "main"])?;
         git(dir, &["add", "-A"])?;
-        git(dir, &["-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-qm", "generated"])?;
+        let who = ["-c", "user.name=bench", "-c", "user.email=bench@localhost", "-c", "gc.auto=0"];
+        git(dir, &[&who[..], &["commit", "-qm", "generated"]].concat())?;
+        // Packed, as a real repository's history is, and now: the commit's automatic `gc`
+        // would otherwise pack it in the background while the first measures run.
+        git(dir, &["repack", "-adq"])?;
+        git(dir, &["prune"])?;
     }
     Ok(())
 }
