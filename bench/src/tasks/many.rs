@@ -63,6 +63,17 @@ struct Load {
     busy: Window,
 }
 
+impl Load {
+    /// A task's cost: the bridge's gain over idle plus its own helpers, divided by the tasks:
+    /// (RSS in KiB, CPU in % of a core).
+    fn per_task(&self) -> (f64, f64) {
+        let (own_rss, own_cpu) = self.busy.own();
+        let kib = (self.busy.rss_kib - self.idle.rss_kib + own_rss as f64) / self.tasks as f64;
+        let cpu = (self.busy.cpu - self.idle.cpu + own_cpu) / self.tasks as f64 * 100.0;
+        (kib, cpu)
+    }
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let bridge_bin = args.bins.locate("cargo build --release -p agent-bridge -p mcp-front")?.0;
     let mut loads = Vec::new();
@@ -272,8 +283,7 @@ fn report(loads: &[Load], args: &Args) {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for l in loads {
         let (own_rss, own_cpu) = l.busy.own();
-        let per_task_kib = (l.busy.rss_kib - l.idle.rss_kib + own_rss as f64) / l.tasks as f64;
-        let per_task_cpu = (l.busy.cpu - l.idle.cpu + own_cpu) / l.tasks as f64 * 100.0;
+        let (per_task_kib, per_task_cpu) = l.per_task();
         println!(
             "| {} | {} | {:.1} → {:.1} MiB | {:.1} MiB | {:.0} KiB | {:.2} % → {:.2} % | {:.2} % | {:.3} % of a core | {:.0} → {:.0} | {:.1} |",
             l.name,
@@ -301,9 +311,7 @@ fn report(loads: &[Load], args: &Args) {
     }
     println!();
     for l in loads {
-        let (own_rss, own_cpu) = l.busy.own();
-        let kib = (l.busy.rss_kib - l.idle.rss_kib + own_rss as f64) / l.tasks as f64;
-        let cpu = (l.busy.cpu - l.idle.cpu + own_cpu) / l.tasks as f64 * 100.0;
+        let (kib, cpu) = l.per_task();
         println!(
             "{}: RSS per running task {:.0} KiB (target ≤ 1 MiB: {}), CPU per waiting task {:.3} % of a core (target ≤ 1 %: {})",
             l.name,
