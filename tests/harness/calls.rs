@@ -42,16 +42,7 @@ impl TestBridge {
         args: Value,
     ) -> Result<Value, CallError> {
         let Value::Object(arguments) = args else { panic!("arguments must be an object") };
-        let params = CallParams {
-            credential: credential.map(str::to_owned),
-            surface,
-            path: Default::default(),
-            client: None,
-            name: name.to_owned(),
-            arguments,
-        };
-        let Value::Object(params) = serde_json::to_value(params).expect("params") else { unreachable!() };
-        self.client().call(methods::CAPABILITIES_CALL, params).await
+        self.client().call(methods::CAPABILITIES_CALL, call_params(surface, credential, name, arguments)).await
     }
 
     /// Lists the capabilities visible with a credential on the MCP surface.
@@ -172,6 +163,26 @@ impl TestBridge {
             out.extend(events);
         }
     }
+}
+
+/// The params of a `capabilities.call` of `name` with `arguments` on `surface`, with an exact
+/// credential string (or none: the local operator on the CLI surface).
+pub fn call_params(
+    surface: Surface,
+    credential: Option<&str>,
+    name: &str,
+    arguments: Map<String, Value>,
+) -> Map<String, Value> {
+    let params = CallParams {
+        credential: credential.map(str::to_owned),
+        surface,
+        path: Default::default(),
+        client: None,
+        name: name.to_owned(),
+        arguments,
+    };
+    let Value::Object(params) = serde_json::to_value(params).expect("params") else { unreachable!() };
+    params
 }
 
 /// The code and message of a call the bridge refused.

@@ -114,31 +114,13 @@ pub struct Proc {
     pub ticks: u64,
 }
 
-/// Reads `pid`'s figures.
+/// Reads `pid`'s figures (RSS and CPU time through `calls`' `/proc` readers).
 pub fn proc_of(pid: u32) -> anyhow::Result<Proc> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("pid {pid}"))?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("no VmRSS for pid {pid}"))?;
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).with_context(|| format!("fds of {pid}"))?.count() as u64;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("stat of {pid}"))?;
-    // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("a stat line without its command")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok()).context("a stat field");
-    Ok(Proc { rss_kib, fds, ticks: tick(14)? + tick(15)? })
+    Ok(Proc { rss_kib: crate::cpu::rss_kib(pid)?, fds, ticks: crate::cpu::process_ticks(pid)? })
 }
 
-/// Clock ticks per second.
-pub fn clock_tick() -> anyhow::Result<u64> {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .context("sysconf")?
-        .and_then(|t| u64::try_from(t).ok())
-        .context("no clock tick")
-}
+pub use crate::cpu::clock_tick;
 
 /// The `q`-quantile (0..=1) of `v`, nearest rank; NaN when empty.
 pub fn quantile(v: &[f64], q: f64) -> f64 {

@@ -13,7 +13,7 @@ use clap::Args;
 use serde_json::json;
 
 use bridge_proto::client::Connection;
-use bridge_proto::methods::{self, CallParams, Surface};
+use bridge_proto::methods::{self, Surface};
 use e2e::browser::http;
 use e2e::{Options, TestBridge};
 
@@ -245,15 +245,7 @@ async fn measure(bin: &Path, seeded: &Path, tasks: usize, args: &HistoryArgs) ->
 /// Calls a capability as the local operator on an open connection.
 async fn call(socket: &mut Connection, name: &str, args: serde_json::Value) -> anyhow::Result<serde_json::Value> {
     let serde_json::Value::Object(arguments) = args else { bail!("arguments must be an object") };
-    let params = CallParams {
-        credential: None,
-        surface: Surface::Cli,
-        path: Default::default(),
-        client: None,
-        name: name.to_owned(),
-        arguments,
-    };
-    let serde_json::Value::Object(params) = serde_json::to_value(params)? else { bail!("params are an object") };
+    let params = e2e::calls::call_params(Surface::Cli, None, name, arguments);
     socket.call(methods::CAPABILITIES_CALL, params).await.map_err(|e| anyhow::anyhow!("{name}: {e:?}"))
 }
 

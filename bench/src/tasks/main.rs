@@ -14,6 +14,9 @@
 #[path = "../bins.rs"]
 mod bins;
 mod common;
+#[path = "../calls/cpu.rs"]
+#[expect(dead_code, reason = "`calls`' CPU and /proc readers, shared: `tasks` pins nothing")]
+mod cpu;
 mod flood;
 mod guard;
 mod history;
