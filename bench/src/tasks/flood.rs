@@ -103,7 +103,9 @@ async fn measure(name: &str, bin: std::path::PathBuf, args: &Args) -> anyhow::Re
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = proc_of(pid)?.rss_kib;
     let quiet =
-        probe(&b, &idle_task, args.probe_every, Arc::new(AtomicBool::new(false)), Some(args.before_flood)).await?;
+        probe_apart(&b, &idle_task, args.probe_every, Arc::new(AtomicBool::new(false)), Some(args.before_flood))
+            .await
+            .context("the probe before the flood")??;
 
     // The flood: the task, its pagers, the probe and a sampler, until every pager has read it all.
     let cpu_before = (proc_of(pid)?.ticks, own_ticks()?);
@@ -116,10 +118,7 @@ async fn measure(name: &str, bin: std::path::PathBuf, args: &Args) -> anyhow::Re
         let (b, flood, read, page) = (Arc::clone(&b), flood.clone(), Arc::clone(&read), args.page);
         pagers.push(tokio::spawn(async move { pager(&b, &flood, page, &read).await }));
     }
-    let prober = tokio::spawn({
-        let (b, idle_task, done, every) = (Arc::clone(&b), idle_task.clone(), Arc::clone(&done), args.probe_every);
-        async move { probe(&b, &idle_task, every, done, None).await }
-    });
+    let prober = probe_apart(&b, &idle_task, args.probe_every, Arc::clone(&done), None);
     let sampler = tokio::spawn({
         let (b, flood, done) = (Arc::clone(&b), flood.clone(), Arc::clone(&done));
         async move { sample(&b, pid, &flood, started, &done).await }
@@ -250,6 +249,23 @@ async fn pager(b: &TestBridge, id: &str, limit: u64, read: &AtomicU64) -> anyhow
         let t = call(b, "get_agent_task", json!({ "task_id": id, "wait_seconds": 1 })).await?;
         ended = t["terminal"] == true;
     }
+}
+
+/// [`probe`] on a thread and runtime of its own, as another caller's process would be: on the
+/// benchmark's runtime, a probe's answer could wait while the pagers' tasks parse their pages.
+fn probe_apart(
+    b: &Arc<TestBridge>,
+    id: &str,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    span: Option<Duration>,
+) -> tokio::task::JoinHandle<anyhow::Result<Probe>> {
+    let (b, id) = (Arc::clone(b), id.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().context("the probe's runtime")?;
+        runtime.block_on(probe(&b, &id, every, stop, span))
+    })
 }
 
 /// Reads `id` every `every` for `span`, or until `stop`; the latencies.

@@ -26,6 +26,7 @@ mod busy;
 pub mod changes;
 pub mod diffs;
 mod ending;
+mod event_page;
 mod handback;
 mod interact;
 pub use interact::Answer;

@@ -191,7 +191,7 @@ impl UsageView<'_> {
 
 /// JSON kept as text when it is valid, `null` when the stored text is not (never an invalid
 /// answer).
-enum Json<'a> {
+pub(super) enum Json<'a> {
     Raw(&'a RawValue),
     Tree(Value),
 }
@@ -249,7 +249,7 @@ pub fn branch_view(w: &WorktreeRow) -> Value {
     view
 }
 
-fn stored_json(text: &str) -> Json<'_> {
+pub(super) fn stored_json(text: &str) -> Json<'_> {
     // Checked where it lies, not copied.
     match serde_json::from_str::<&RawValue>(text) {
         Ok(raw) => Json::Raw(raw),

@@ -4,20 +4,15 @@
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{TaskService, accounting, results, task_view};
+use super::{TaskService, accounting, event_page, results, task_view};
 use crate::clock::rfc3339;
 use crate::error::{ToolError, code};
 use crate::model::{Principal, ResultStorage};
 use crate::store::accounting::{TotalsBy, UsageTotals};
-use crate::store::events::EventRow;
 use crate::store::tasks::{ChangesBrief, TaskFilter, TaskRow};
 
 /// The longest `get_agent_task` long-poll.
 pub const MAX_WAIT_SECONDS: u64 = 25;
-
-fn parse_json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
-}
 
 /// The outline of a change set in a list: counts only.
 fn changes_brief(b: &ChangesBrief) -> Value {
@@ -27,19 +22,6 @@ fn changes_brief(b: &ChangesBrief) -> Value {
         "added": b.added,
         "removed": b.removed,
         "truncated": b.truncated,
-    })
-}
-
-/// The public view of an event (the schema-versioned envelope).
-pub fn event_view(e: &EventRow, correlation_id: Option<&str>) -> Value {
-    json!({
-        "event_id": e.event_id,
-        "task_id": e.task_id,
-        "correlation_id": correlation_id,
-        "event_type": e.event_type,
-        "payload": parse_json(&e.payload_json),
-        "created_at": rfc3339(e.created_at),
-        "schema_version": 1,
     })
 }
 
@@ -94,19 +76,20 @@ impl TaskService {
         task_id: &str,
         after: u64,
         limit: u32,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Box<RawValue>, ToolError> {
         let row = self.inner.visible_task(principal, task_id).await?;
         let id = task_id.to_owned();
         let after = i64::try_from(after).unwrap_or(i64::MAX);
-        let events = self.inner.store.call(move |s| s.read_events(&id, after, limit)).await?;
-        let next = events.last().map_or(after, |e| e.event_id);
-        Ok(json!({
-            "task_id": task_id,
-            "correlation_id": row.correlation_id,
-            "events": events.iter().map(|e| event_view(e, row.correlation_id.as_deref())).collect::<Vec<_>>(),
-            "next_after_event_id": next,
-            "status": row.status.as_str(),
-        }))
+        let status = row.status.as_str();
+        let page = self
+            .inner
+            .store
+            .call(move |s| {
+                let events = s.read_events(&id, after, limit)?;
+                Ok(event_page::render(&id, row.correlation_id.as_deref(), status, after, &events))
+            })
+            .await?;
+        Ok(page)
     }
 
     /// `read_agent_task_result`: a UTF-8-safe chunk of a spooled result.
