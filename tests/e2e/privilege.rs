@@ -473,6 +473,38 @@ for host in ("127.0.0.1", "localhost"):
     assert!(!events.iter().any(|e| e["event_type"] == "egress.denied"), "{events:#?}");
 }
 
+/// The relay in front of a gated task runs with allocator settings of its own (one jemalloc
+/// arena, no thread caches: it waits beside its task) that the runtime never sees: read from
+/// inside the task, its own environment has none, and its ancestor the relay has them.
+#[tokio::test]
+async fn the_relays_allocator_settings_stay_the_relays() {
+    if !crate::containment::sandbox_available() {
+        return;
+    }
+    let b = TestBridge::start().await;
+    std::fs::write(
+        b.repo.join("ancestors.py"),
+        r#"import os
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+print("own", os.environ.get("MALLOC_CONF"))
+pid = os.getpid()
+while pid > 1:
+    pid = parent(pid)
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if b"sandbox-exec" in f.read().split(b"\0"):
+            with open(f"/proc/{pid}/environ", "rb") as e:
+                conf = [v for v in e.read().split(b"\0") if v.startswith(b"MALLOC_CONF=")]
+            print("relay", conf[0].decode() if conf else None)
+"#,
+    )
+    .expect("script");
+    let text = in_task(&b, "python3 ancestors.py").await;
+    assert!(text.contains("own None"), "the runtime has no MALLOC_CONF: {text}");
+    assert!(text.contains("relay MALLOC_CONF=narenas:1,tcache:false"), "the relay has its own: {text}");
+}
+
 /// `SERVERFS_AGENT_EGRESS=none`: no network at all. `host`: the host's network, shared (the
 /// control: the same service is reached straight).
 #[tokio::test]

@@ -223,9 +223,18 @@ fn command_line(spec: &SpawnSpec, wrap: Option<&Wrap>, untethered: bool) -> (Pat
     match &w.relay {
         // The relay runs first and sets the marker for the runtime alone.
         Some(relay) => {
+            // The relay's own allocator settings, unless the runtime was given some: then the
+            // relay runs with those (the runtime's environment is the spec's, unchanged).
+            let own_malloc_conf = !spec.env.iter().any(|(k, _)| k == "MALLOC_CONF");
+            if own_malloc_conf {
+                args.extend(["--setenv", "MALLOC_CONF", super::relay::MALLOC_CONF].map(OsString::from));
+            }
             args.extend(["--".into(), relay.clone().into_os_string()]);
             args.extend(["sandbox-exec", "--gate", super::relay::GATE, "--marker"].map(OsString::from));
             args.push(format!("{MARKER_VAR}={}", spec.task_id).into());
+            if own_malloc_conf {
+                args.extend(["--unset", "MALLOC_CONF"].map(OsString::from));
+            }
             args.extend(["--".into(), spec.program.clone().into_os_string()]);
         }
         None => {
@@ -276,4 +285,80 @@ async fn read_info(read: OwnedFd) -> Option<super::sandbox::SandboxInfo> {
     let mut limited = (&mut pipe).take(64 * 1024);
     tokio::time::timeout(Duration::from_secs(10), limited.read_to_end(&mut text)).await.ok()?.ok()?;
     super::sandbox::parse_info(std::str::from_utf8(&text).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(env: Vec<(OsString, OsString)>) -> SpawnSpec {
+        SpawnSpec {
+            program: "/usr/bin/codex".into(),
+            args: vec!["app-server".into()],
+            cwd: "/w".into(),
+            env,
+            task_id: "agt_1".into(),
+            sandbox: None,
+            workdir: None,
+            git: None,
+            read: Vec::new(),
+            write: Vec::new(),
+            egress: None,
+            kind: SpawnKind::Probe,
+        }
+    }
+
+    fn wrap() -> Wrap {
+        Wrap {
+            bwrap: "/usr/bin/bwrap".into(),
+            args: vec!["--die-with-parent".into(), "--".into()],
+            private_tmp: "/t".into(),
+            seccomp: false,
+            relay: Some("/bin/agent-bridge".into()),
+        }
+    }
+
+    fn words(args: &[OsString]) -> Vec<&str> {
+        args.iter().map(|a| a.to_str().expect("UTF-8")).collect()
+    }
+
+    #[test]
+    fn the_relay_alone_gets_its_allocator_settings() {
+        let (program, args) = command_line(&spec(Vec::new()), Some(&wrap()), false);
+        assert_eq!(program, PathBuf::from("/usr/bin/bwrap"));
+        let relay = format!("{MARKER_VAR}=agt_1");
+        assert_eq!(
+            words(&args),
+            [
+                "--die-with-parent",
+                "--unsetenv",
+                SANDBOX_VAR,
+                "--setenv",
+                "MALLOC_CONF",
+                super::super::relay::MALLOC_CONF,
+                "--",
+                "/bin/agent-bridge",
+                "sandbox-exec",
+                "--gate",
+                super::super::relay::GATE,
+                "--marker",
+                &relay,
+                "--unset",
+                "MALLOC_CONF",
+                "--",
+                "/usr/bin/codex",
+                "app-server",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_runtime_given_allocator_settings_keeps_them() {
+        let own = spec(vec![("MALLOC_CONF".into(), "narenas:2".into())]);
+        let (_, args) = command_line(&own, Some(&wrap()), true);
+        let args = words(&args);
+        assert!(!args.contains(&"--setenv") && !args.contains(&"--unset"), "{args:?}");
+        assert!(!args.contains(&"--die-with-parent"), "untethered: {args:?}");
+        assert_eq!(args[args.len() - 3..], ["--", "/usr/bin/codex", "app-server"]);
+    }
 }

@@ -262,11 +262,20 @@ async fn read_bounded(mut pipe: impl AsyncRead + Unpin) -> Vec<u8> {
 }
 
 /// Starts the runtime inside a sandbox (the relay's child, [`super::relay`]): `command` with the
-/// relay's own environment and streams, plus the task marker `marker`. Blocking.
+/// relay's own environment and streams, less the variables `unset`, plus the task marker
+/// `marker`. Blocking.
 #[expect(clippy::disallowed_types, reason = "the spawner: the one place a Command is built")]
-pub fn start_in_sandbox(command: &[String], marker: (&str, &str)) -> std::io::Result<std::process::Child> {
+pub fn start_in_sandbox(
+    command: &[String],
+    marker: (&str, &str),
+    unset: &[String],
+) -> std::io::Result<std::process::Child> {
     let (program, args) = command.split_first().ok_or_else(|| std::io::Error::other("no program"))?;
-    std::process::Command::new(program).args(args).env(marker.0, marker.1).spawn()
+    let mut cmd = std::process::Command::new(program);
+    for name in unset {
+        cmd.env_remove(name);
+    }
+    cmd.args(args).env(marker.0, marker.1).spawn()
 }
 
 /// Marks every descriptor above stderr close-on-exec, so no child inherits a descriptor the
