@@ -95,11 +95,19 @@ async fn admin_totals_are_per_principal_and_per_workdir_over_a_period() {
     assert_eq!(c, "INVALID_ARGUMENT");
     assert!(message.contains("'since'") && message.contains("RFC 3339"), "{message}");
 
-    // The CLI shows the same totals.
-    let out = b.cli(&["tasks", "list"]);
+    // The CLI shows the same totals when asked (they read every task the filter matches).
+    let out = b.cli(&["tasks", "list", "--totals", "--limit", "1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("TITLE") && text.contains("total: 3 tasks"), "{text}");
+    let out = b.cli(&["tasks", "list"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("TITLE") && !text.contains("total:"), "{text}");
+    let out = b.cli(&["tasks", "list", "--json"]);
+    let listed: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(listed.get("totals").is_none() && listed["tasks"].as_array().is_some_and(|t| t.len() == 3), "{listed}");
 }
 
 #[tokio::test]

@@ -58,6 +58,11 @@ pub struct HistoryArgs {
     /// Timed start-ups per store.
     #[arg(long, default_value_t = 3)]
     starts: usize,
+    /// Rounds, each measuring the small store then the large one (a bridge each): a figure is
+    /// the median over the rounds, a ratio the median of each round's ratio, so a machine
+    /// that is slower for a while moves both sides of a ratio.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// An earlier `agent-bridge` to measure alike ("before"), on copies of the same stores.
     #[arg(long)]
     before_bridge_bin: Option<PathBuf>,
@@ -76,6 +81,7 @@ struct Figures {
     page2: f64,
     deep: f64,
     list_server: f64,
+    list_totals: f64,
     list_cli: f64,
 }
 
@@ -94,7 +100,7 @@ enum Target {
 type Row = (&'static str, fn(&Figures) -> f64, Target);
 
 /// The rows of the report.
-const ROWS: [Row; 9] = [
+const ROWS: [Row; 10] = [
     ("start-up: spawn → `bridge.health` answers (median)", |f| f.startup, Target::Startup),
     (
         "retention pass: `cancel_agent_task` of the newest, finished task (two reads + one pass), p50",
@@ -106,7 +112,12 @@ const ROWS: [Row; 9] = [
     ("board `/` (first page, 50 tasks), p50", |f| f.page1, Target::Ratio),
     ("board `/?before=…` (its Older link: second page), p50", |f| f.page2, Target::Ratio),
     ("board `/?before=…` (the middle of the history), p50", |f| f.deep, Target::Ratio),
-    ("`admin_list_tasks` (what `tasks list` asks), p50", |f| f.list_server, Target::Ratio),
+    ("`admin_list_tasks` without totals (what `tasks list` asks), p50", |f| f.list_server, Target::Ratio),
+    (
+        "`admin_list_tasks` with the totals over every task (`tasks list --totals`), p50",
+        |f| f.list_totals,
+        Target::Shown,
+    ),
     ("`agent-bridge tasks list` (the CLI, wall time), p50", |f| f.list_cli, Target::Ratio),
 ];
 
@@ -136,15 +147,17 @@ pub async fn main(args: &HistoryArgs) -> anyhow::Result<()> {
         );
         stores.push((n, dir, state, seeded));
     }
-    let mut results: Vec<(&str, Vec<Figures>)> = Vec::new();
-    for (name, bin) in &bins {
-        let mut per_store = Vec::new();
-        for (n, _, state, _) in &stores {
-            let f = measure(bin, state, *n, args).await.with_context(|| format!("{name} with {n} tasks"))?;
-            eprintln!("history: {name}, {n} tasks: {f:?}");
-            per_store.push(f);
+    let mut results: Vec<(&str, Vec<Vec<Figures>>)> = bins.iter().map(|(name, _)| (*name, Vec::new())).collect();
+    for round in 1..=args.rounds.max(1) {
+        for ((name, bin), (_, rounds)) in bins.iter().zip(&mut results) {
+            let mut per_store = Vec::new();
+            for (n, _, state, _) in &stores {
+                let f = measure(bin, state, *n, args).await.with_context(|| format!("{name} with {n} tasks"))?;
+                eprintln!("history: round {round}, {name}, {n} tasks: {f:?}");
+                per_store.push(f);
+            }
+            rounds.push(per_store);
         }
-        results.push((name, per_store));
     }
     let seeded: Vec<Seeded> = stores.iter().map(|s| s.3).collect();
     report(args, &results, &seeded);
@@ -199,19 +212,8 @@ async fn measure(bin: &Path, seeded: &Path, tasks: usize, args: &HistoryArgs) ->
     }
     f.gc = median(&passes);
 
-    let (mut lists, series) = (Vec::with_capacity(args.pages), Instant::now());
-    for _ in 0..args.pages {
-        if enough(lists.len(), series) {
-            break;
-        }
-        let at = Instant::now();
-        let v = call(&mut socket, "admin_list_tasks", json!({})).await?;
-        lists.push(ms_since(at, Instant::now()));
-        if v["tasks"].as_array().is_none_or(Vec::is_empty) {
-            bail!("admin_list_tasks listed nothing: {v}");
-        }
-    }
-    f.list_server = median(&lists);
+    f.list_server = timed_lists(&mut socket, json!({ "totals": false }), args.pages).await?;
+    f.list_totals = timed_lists(&mut socket, json!({}), args.pages).await?;
 
     let (mut clis, series) = (Vec::with_capacity(args.lists), Instant::now());
     for _ in 0..args.lists {
@@ -240,6 +242,23 @@ async fn measure(bin: &Path, seeded: &Path, tasks: usize, args: &HistoryArgs) ->
     f.deep = timed_pages(&addr, &cookie, &format!("/?before={}", task_id(tasks / 2)), args.pages)?;
     b.stop().await;
     Ok(f)
+}
+
+/// The median of up to `n` sequential `admin_list_tasks` calls with `args` (ms).
+async fn timed_lists(socket: &mut Connection, args: serde_json::Value, n: usize) -> anyhow::Result<f64> {
+    let (mut lists, series) = (Vec::with_capacity(n), Instant::now());
+    for _ in 0..n {
+        if enough(lists.len(), series) {
+            break;
+        }
+        let at = Instant::now();
+        let v = call(socket, "admin_list_tasks", args.clone()).await?;
+        lists.push(ms_since(at, Instant::now()));
+        if v["tasks"].as_array().is_none_or(Vec::is_empty) {
+            bail!("admin_list_tasks listed nothing: {v}");
+        }
+    }
+    Ok(median(&lists))
 }
 
 /// Calls a capability as the local operator on an open connection.
@@ -326,7 +345,17 @@ fn timed_pages(addr: &str, cookie: &str, path: &str, n: usize) -> anyhow::Result
     Ok(median(&times))
 }
 
-fn report(args: &HistoryArgs, results: &[(&str, Vec<Figures>)], seeded: &[Seeded]) {
+/// The median over `rounds` of `get` of each round's store `store`.
+fn over_rounds(rounds: &[Vec<Figures>], store: usize, get: fn(&Figures) -> f64) -> f64 {
+    median(&rounds.iter().map(|r| get(&r[store])).collect::<Vec<_>>())
+}
+
+/// The median over `rounds` of each round's ratio of the large store's `get` to the small's.
+fn ratio_over_rounds(rounds: &[Vec<Figures>], get: fn(&Figures) -> f64) -> f64 {
+    median(&rounds.iter().map(|r| get(&r[1]) / get(&r[0])).collect::<Vec<_>>())
+}
+
+fn report(args: &HistoryArgs, results: &[(&str, Vec<Vec<Figures>>)], seeded: &[Seeded]) {
     let many = grouped(args.tasks);
     println!("# tasks history: {FEW} retained tasks against {many}\n");
     println!(
@@ -335,7 +364,8 @@ fn report(args: &HistoryArgs, results: &[(&str, Vec<Figures>)], seeded: &[Seeded
          nothing expires, so a retention pass finds nothing to delete (its steady state). Sequential \
          requests on one kept connection (the board: a connection each): {} reads, {} of each page, \
          listing and pass and {} CLI runs (a series stops short after 30 s once it has 5), {} \
-         start-ups (median).\n",
+         start-ups (median); {} rounds, each the small store then the large one: a figure is its \
+         median over the rounds, a ratio the median of the rounds' ratios.\n",
         FEW,
         seeded[1].through_api,
         seeded[0].took.as_secs_f64(),
@@ -344,15 +374,16 @@ fn report(args: &HistoryArgs, results: &[(&str, Vec<Figures>)], seeded: &[Seeded
         args.reads,
         args.pages,
         args.lists,
-        args.starts
+        args.starts,
+        args.rounds.max(1)
     );
     for (name, f) in results {
         println!("## {name}\n");
         println!("| measure | {FEW} tasks | {many} tasks | ratio | target | verdict |");
         println!("|---|---:|---:|---:|---|---|");
         for (what, get, target) in ROWS {
-            let (small, large) = (get(&f[0]), get(&f[1]));
-            let ratio = large / small;
+            let (small, large) = (over_rounds(f, 0, get), over_rounds(f, 1, get));
+            let ratio = ratio_over_rounds(f, get);
             let (target, verdict) = match target {
                 Target::Ratio => (format!("≤ {BOUND}×"), if ratio <= BOUND { "met" } else { "MISSED" }),
                 Target::Startup => {
@@ -369,7 +400,7 @@ fn report(args: &HistoryArgs, results: &[(&str, Vec<Figures>)], seeded: &[Seeded
         println!("| measure | before | after | after ÷ before |");
         println!("|---|---:|---:|---:|");
         for (what, get, _) in ROWS {
-            let (b, a) = (get(&before[1]), get(&after[1]));
+            let (b, a) = (over_rounds(before, 1, get), over_rounds(after, 1, get));
             println!("| {what} | {b:.2} ms | {a:.2} ms | {:.2} |", a / b);
         }
         println!();

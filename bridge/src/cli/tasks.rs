@@ -24,7 +24,7 @@ pub enum TasksCommand {
         /// Only this owner.
         #[arg(long)]
         owner: Option<String>,
-        /// Only tasks created at or after this RFC 3339 instant (also bounds the totals).
+        /// Only tasks created at or after this RFC 3339 instant.
         #[arg(long)]
         since: Option<String>,
         /// Only tasks created before this RFC 3339 instant.
@@ -33,6 +33,10 @@ pub enum TasksCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Also print the usage totals over the whole filter, not just the listed tasks (a pass
+        /// over every task the filter matches: with a year of history, most of the time).
+        #[arg(long)]
+        totals: bool,
     },
     /// Show one task.
     Show {
@@ -155,10 +159,10 @@ pub enum TasksCommand {
 
 pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: bool) -> Result<(), Failure> {
     match command {
-        TasksCommand::List { status, workdir, runtime, owner, since, until, limit } => {
+        TasksCommand::List { status, workdir, runtime, owner, since, until, limit, totals } => {
             let args = json!({
                 "status": status, "workdir": workdir, "runtime": runtime, "owner": owner,
-                "since": since, "until": until, "limit": limit,
+                "since": since, "until": until, "limit": limit, "totals": totals,
             });
             let v = call(client, "admin_list_tasks", args).await?;
             show(json_mode, &v, |v| {
@@ -178,6 +182,9 @@ pub(super) async fn tasks(client: &Client, command: TasksCommand, json_mode: boo
                         ("ERROR", "/error_code"),
                     ],
                 );
+                if !totals {
+                    return out;
+                }
                 let t = &v["totals"]["overall"];
                 out.push_str(&format!(
                     "\ntotal: {} tasks, {} input ({} cached) and {} output tokens, ${}, {} ms running, {} ms waiting for a human",
