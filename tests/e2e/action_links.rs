@@ -328,12 +328,7 @@ async fn a_person_answers_a_question_from_its_link_in_a_real_browser() {
         let send = browser.wait_for("form button.primary", Duration::from_secs(5));
         browser.click(&send);
         // The question's own page has a card too: wait for the answer's page itself.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut page = browser.source();
-        while !page.contains("Answered — the task goes on") && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-            page = browser.source();
-        }
+        let page = browser.wait_text("Answered — the task goes on", Duration::from_secs(10));
         assert!(page.contains("Answered — the task goes on"), "{page}");
         browser.screenshot(&shots.join("action-link-answered.png"));
     });

@@ -233,6 +233,19 @@ impl Browser {
         }
     }
 
+    /// Waits (bounded) until the page's source contains `text`; the source that does.
+    pub fn wait_text(&self, text: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let page = self.source();
+            if page.contains(text) {
+                return page;
+            }
+            assert!(Instant::now() < deadline, "no {text:?} on {} after {limit:?}:\n{page}", self.url());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits (bounded) until the page's URL contains `part`.
     pub fn wait_url(&self, part: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
