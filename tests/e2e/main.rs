@@ -9,6 +9,7 @@
 mod accounting;
 mod action_links;
 mod audit_flood;
+mod beside;
 mod board;
 mod board_widths;
 mod changes;

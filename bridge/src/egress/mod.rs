@@ -38,6 +38,30 @@ pub struct Denied {
     pub why: &'static str,
 }
 
+/// Holds a gate's connections until released: an agent's first model request waits, with its
+/// connection open, while the bridge still records the workdir's change-set baseline (the
+/// model cannot have the agent write anything before it has answered). Clones share one
+/// release; dropping every clone does not release it (the gate's end does).
+#[derive(Debug, Clone, Default)]
+pub struct Hold(CancellationToken);
+
+impl Hold {
+    /// A hold, not yet released.
+    pub fn new() -> Hold {
+        Hold::default()
+    }
+
+    /// Lets every held connection, and every later one, through.
+    pub fn release(&self) {
+        self.0.cancel();
+    }
+
+    /// Whether it was released.
+    pub fn is_released(&self) -> bool {
+        self.0.is_cancelled()
+    }
+}
+
 /// The egress settings and the gates' shared parts, decided at start.
 #[derive(Debug, Clone)]
 pub struct Egress {
@@ -86,13 +110,14 @@ impl Egress {
     }
 
     /// Opens `task_id`'s gate with `allow`: its socket is bound (0600, in a 0700 directory)
-    /// before this returns, and it serves until the gate is dropped. Must be called on the
-    /// runtime. Blocking parts (the socket file) run off the reactor.
+    /// before this returns, and it serves until the gate is dropped; with `hold`, a connection
+    /// is accepted but served only once the hold is released. Must be called on the runtime.
+    /// Blocking parts (the socket file) run off the reactor.
     #[expect(
         clippy::disallowed_methods,
         reason = "a gate's socket and its directory are made and removed on a blocking thread"
     )]
-    pub async fn open(&self, task_id: &str, allow: Allow) -> std::io::Result<Gate> {
+    pub async fn open(&self, task_id: &str, allow: Allow, hold: Option<Hold>) -> std::io::Result<Gate> {
         let (dir, path) = (self.inner.dir.clone(), self.inner.dir.join(format!("{task_id}.sock")));
         let p = path.clone();
         let listener = tokio::task::spawn_blocking(move || -> std::io::Result<std::os::unix::net::UnixListener> {
@@ -116,6 +141,7 @@ impl Egress {
             allow: Arc::new(allow),
             denied: self.inner.denied.get().cloned(),
             reported: Arc::new(Mutex::new(HashSet::new())),
+            hold,
         };
         let task = tokio::spawn(serving.run(listener, cancel.clone()));
         Ok(Gate { path, cancel, task: Some(task) })
@@ -166,6 +192,7 @@ struct Serving {
     allow: Arc<Allow>,
     denied: Option<mpsc::UnboundedSender<Denied>>,
     reported: Arc<Mutex<HashSet<(String, u16)>>>,
+    hold: Option<Hold>,
 }
 
 impl Serving {
@@ -189,7 +216,11 @@ impl Serving {
             };
             let (allow, task_id) = (Arc::clone(&self.allow), self.task_id.clone());
             let (denied, reported) = (self.denied.clone(), Arc::clone(&self.reported));
+            let hold = self.hold.clone();
             connections.spawn(async move {
+                if let Some(hold) = hold {
+                    hold.0.cancelled().await;
+                }
                 let outcome = proxy::serve(stream, &allow).await;
                 drop(permit);
                 record(&task_id, outcome, denied.as_ref(), &reported);
@@ -223,5 +254,36 @@ fn record(
             tracing::info!(task_id, host, port, "egress destination unreachable")
         }
         proxy::Outcome::Invalid(why) => tracing::debug!(task_id, why, "egress request refused"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A held gate accepts a connection and answers nothing until the hold is released; then
+    /// it serves it as usual (here: refuses a malformed request with its 400).
+    #[tokio::test]
+    async fn a_held_gate_serves_nothing_until_released() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let egress = Egress::new(EgressMode::Proxy, dir.path(), Vec::new(), Vec::new());
+        let hold = Hold::new();
+        let gate = egress.open("agt_held", Allow::new(Vec::new()), Some(hold.clone())).await.expect("open");
+        let mut client = tokio::net::UnixStream::connect(gate.path()).await.expect("connect");
+        client.write_all(b"NOT A REQUEST\r\n\r\n").await.expect("write");
+        let mut answer = Vec::new();
+        let early = tokio::time::timeout(Duration::from_millis(300), client.read_buf(&mut answer)).await;
+        assert!(early.is_err(), "a held gate answered: {:?}", String::from_utf8_lossy(&answer));
+        assert!(!hold.is_released());
+        hold.release();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+            .await
+            .expect("the released gate answers")
+            .expect("read");
+        assert!(answer.starts_with(b"HTTP/1.1 400"), "{:?}", String::from_utf8_lossy(&answer));
     }
 }

@@ -194,6 +194,8 @@ impl FakeRuntime {
             // No endpoint of its own: only what the operator allows (the tests' hostile agent).
             egress: Some(Vec::new()),
             kind: SpawnKind::Agent,
+            hold: spec.hold.clone(),
+            beside: false,
         })
         .await
         .map_err(|e| fail(format!("cannot start the fake runtime: {e}")))?;

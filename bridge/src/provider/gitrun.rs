@@ -11,7 +11,7 @@ use tokio::io::AsyncReadExt;
 
 use super::process::{SpawnSpec, spawn};
 use super::sandbox::Containment;
-use super::tether::SpawnKind;
+use super::tether::{SpawnKind, TestHook, test_hook};
 
 /// Git settings for every run (command-line scope, so a repository's own cannot override them).
 pub const GIT_SETTINGS: &[(&str, &str)] = &[
@@ -62,6 +62,9 @@ pub struct GitRun<'a> {
     pub network: bool,
     /// How long it may take.
     pub limit: Duration,
+    /// It runs beside the task's agent, which may start meanwhile (see
+    /// [`SpawnSpec::beside`](super::process::SpawnSpec::beside)).
+    pub beside: bool,
 }
 
 /// How a run failed: its exit code (when it exited) and its last line of stderr.
@@ -109,6 +112,9 @@ pub async fn run(containment: &Containment, run: GitRun<'_>) -> Result<Vec<u8>, 
         env.retain(|(existing, _)| *existing != k);
         env.push((k, v));
     }
+    if let Some(TestHook::Delay(delay)) = test_hook(run.kind) {
+        tokio::time::sleep(delay).await;
+    }
     let spawned = spawn(SpawnSpec {
         program: PathBuf::from("/bin/sh"),
         args: vec!["-c".into(), run.script.into(), "agent-bridge-git".into(), run.phase.into()],
@@ -123,6 +129,8 @@ pub async fn run(containment: &Containment, run: GitRun<'_>) -> Result<Vec<u8>, 
         // Only a run that fetches gets the network, and only the workdir's allowed hosts.
         egress: run.network.then(Vec::new),
         kind: run.kind,
+        hold: None,
+        beside: run.beside,
     })
     .await
     .map_err(|e| failed(format!("git could not be started: {}", e.kind())))?;
@@ -186,6 +194,7 @@ mod tests {
             kind: SpawnKind::Probe,
             network: false,
             limit: Duration::from_secs(30),
+            beside: false,
         };
         let out = super::run(&Containment::none(SandboxMode::Off, "a unit test"), run).await.expect("the run");
         assert_eq!(String::from_utf8_lossy(&out), "glibc.malloc.trim_threshold=67108864|/dev/null|/dev/null");

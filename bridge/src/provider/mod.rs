@@ -148,6 +148,9 @@ pub struct StartSpec {
     pub resume_session: Option<String>,
     /// A worktree task's view of its repository (its `workdir` is then its worktree).
     pub git: Option<worktree::TreeGit>,
+    /// Holds the agent's egress gate until released: given when the change-set baseline is
+    /// still being recorded as the agent starts ([`Providers::starts_beside_baseline`]).
+    pub hold: Option<crate::egress::Hold>,
 }
 
 impl StartSpec {
@@ -399,6 +402,17 @@ impl Providers {
             (RuntimeName::Fake, Some(fake)) => fake.check_prompt(prompt),
             _ => Ok(()),
         }
+    }
+
+    /// Whether `runtime`'s agent may start while its change-set baseline is still recorded:
+    /// only a real CLI, which acts on nothing before its model has answered, and only in a
+    /// sandbox whose one way out is its egress gate, which holds that first request until the
+    /// baseline is on record (the baseline's git runs beside it in the same sandbox identity).
+    /// The fake agent acts on its prompt at once; with no gate nothing could hold a CLI.
+    pub fn starts_beside_baseline(&self, runtime: RuntimeName) -> bool {
+        runtime != RuntimeName::Fake
+            && self.containment.contained()
+            && self.containment.network_mode() == crate::config::EgressMode::Proxy
     }
 
     /// Starts a turn.

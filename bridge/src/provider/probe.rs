@@ -206,6 +206,8 @@ pub async fn output(
         write: Vec::new(),
         egress: None,
         kind: SpawnKind::Probe,
+        hold: None,
+        beside: false,
     })
     .await
     .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;

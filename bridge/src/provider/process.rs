@@ -53,6 +53,16 @@ pub struct SpawnSpec {
     pub egress: Option<Vec<crate::egress::Rule>>,
     /// What the child is for (whether it dies with the bridge: [`SpawnKind::dies_with_bridge`]).
     pub kind: SpawnKind,
+    /// Holds the child's egress gate until released (see [`crate::egress::Hold`]). A hold
+    /// needs a gate: a spawn given one without a proxy gate to apply it to is refused, so a
+    /// caller relying on it never runs unheld.
+    pub hold: Option<crate::egress::Hold>,
+    /// The child runs beside the task's own process (the change-set baseline while the agent
+    /// starts): it joins the task's cgroup and carries its marker and sandbox variable, so
+    /// every proof about the task covers it and a restart's sweep finds it, but it owns none
+    /// of them — its stop ends its own sandbox (PID namespace) and leaves the task's cgroup
+    /// and other marked processes alone. Its `/tmp` is a tmpfs of its own. Needs the sandbox.
+    pub beside: bool,
 }
 
 /// A started child and its pipes.
@@ -119,7 +129,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     let (gate, own_loopback) = open_gate(&spec).await?;
     // The sandbox's command line and the task's cgroup are prepared off the reactor (they
     // touch the filesystem); the fork itself stays on this worker thread.
-    let (wrap, made) = match spec.sandbox.clone() {
+    let (wrap, made, joins) = match spec.sandbox.clone() {
         Some(containment) => {
             let view = super::sandbox::ViewRequest {
                 program: spec.program.clone(),
@@ -129,19 +139,30 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
                 read: spec.read.clone(),
                 write: spec.write.clone(),
                 gate: gate.as_ref().map(|g| g.path().to_owned()),
+                task_tmp: !spec.beside,
             };
-            let (task_id, env) = (spec.task_id.clone(), spec.env.clone());
+            let (task_id, env, beside) = (spec.task_id.clone(), spec.env.clone(), spec.beside);
             tokio::task::spawn_blocking(move || -> std::io::Result<_> {
                 let wrap = containment.wrap(&task_id, &env, &view)?;
-                let mut made = Made { private_tmp: wrap.as_ref().map(|w| w.private_tmp.clone()), cgroup: None };
-                made.cgroup = containment.cgroups().map(|c| c.create(&task_id)).transpose()?;
-                Ok((wrap, made))
+                let cgroup = containment.cgroups().map(|c| c.create(&task_id)).transpose()?;
+                // A child beside the task's own makes nothing of its own: the task owns both.
+                Ok(match beside {
+                    true => (wrap, Made::default(), cgroup),
+                    false => {
+                        let private_tmp = wrap.as_ref().and_then(|w| w.private_tmp.clone());
+                        (wrap, Made { private_tmp, cgroup: cgroup.clone() }, cgroup)
+                    }
+                })
             })
             .await
             .map_err(std::io::Error::other)??
         }
-        None => (None, Made::default()),
+        None => (None, Made::default(), None),
     };
+    if spec.beside && wrap.is_none() {
+        // Its stop's only proof is its sandbox's PID namespace.
+        return Err(std::io::Error::other("a child beside the task's own needs the task sandbox"));
+    }
     let untethered = test_hook(spec.kind) == Some(TestHook::Untethered);
     let (program, args) = command_line(&spec, wrap.as_ref(), untethered);
     let mut pass = Vec::new();
@@ -163,7 +184,7 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
         env: environment(&spec, wrap.as_ref(), own_loopback),
         tether: spec.kind.dies_with_bridge(wrap.is_some()).then_some(spec.kind),
         pass,
-        cgroup: made.cgroup.clone(),
+        cgroup: joins,
     })?;
     let sandbox = match (wrap, info) {
         (Some(w), Some(read)) => match read_info(read).await {
@@ -186,7 +207,11 @@ pub async fn spawn(spec: SpawnSpec) -> std::io::Result<Spawned> {
     };
     let cgroup = made.disarm();
     super::peers::register(leader.pid(), &spec.task_id, sandbox.as_ref().map(Sandboxed::namespace));
-    Ok(Spawned { process: Supervised::new(leader, spec.task_id, sandbox, cgroup, gate), stdin, stdout, stderr })
+    let mut process = Supervised::new(leader, spec.task_id, sandbox, cgroup, gate);
+    if spec.beside {
+        process.beside();
+    }
+    Ok(Spawned { process, stdin, stdout, stderr })
 }
 
 /// A child that may reach the network through the proxy gets its gate first (the sandbox
@@ -203,8 +228,9 @@ async fn open_gate(spec: &SpawnSpec) -> std::io::Result<(Option<crate::egress::G
             rules.extend(c.egress().operator_rules(policy_root));
             let allow = crate::egress::Allow::new(rules);
             let own_loopback = !allow.names_loopback();
-            Ok((Some(c.egress().open(&spec.task_id, allow).await?), own_loopback))
+            Ok((Some(c.egress().open(&spec.task_id, allow, spec.hold.clone()).await?), own_loopback))
         }
+        _ if spec.hold.is_some() => Err(std::io::Error::other("a held start needs the task's egress gate")),
         _ => Ok((None, false)),
     }
 }
@@ -305,6 +331,8 @@ mod tests {
             write: Vec::new(),
             egress: None,
             kind: SpawnKind::Probe,
+            hold: None,
+            beside: false,
         }
     }
 
@@ -312,7 +340,7 @@ mod tests {
         Wrap {
             bwrap: "/usr/bin/bwrap".into(),
             args: vec!["--die-with-parent".into(), "--".into()],
-            private_tmp: "/t".into(),
+            private_tmp: Some("/t".into()),
             seccomp: false,
             relay: Some("/bin/agent-bridge".into()),
         }

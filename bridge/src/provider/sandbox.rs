@@ -87,8 +87,9 @@ pub struct Wrap {
     pub bwrap: PathBuf,
     /// bwrap's arguments up to and including `--`; the program and its arguments follow.
     pub args: Vec<OsString>,
-    /// The task's private `/tmp` on the host, removed once the task's stop is proven.
-    pub private_tmp: PathBuf,
+    /// The task's private `/tmp` on the host, removed once the task's stop is proven; `None`
+    /// for a child beside the task's own, whose `/tmp` is a tmpfs of its own.
+    pub private_tmp: Option<PathBuf>,
     /// bwrap loads the seccomp filter from [`SECCOMP_FD`] (`--seccomp`).
     pub seccomp: bool,
     /// With an egress gate mounted: the relay program to run first (`sandbox-exec`).
@@ -393,13 +394,19 @@ impl Containment {
         {
             return Err(std::io::Error::other("the task's directory is one of the bridge's private paths"));
         }
-        let private_tmp = self.inner.tmp_root.join(task_id);
-        crate::files::ensure_private_dir(&self.inner.tmp_root).map_err(std::io::Error::other)?;
-        match std::fs::create_dir(&private_tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
+        let private_tmp = match view.task_tmp {
+            true => {
+                let private_tmp = self.inner.tmp_root.join(task_id);
+                crate::files::ensure_private_dir(&self.inner.tmp_root).map_err(std::io::Error::other)?;
+                match std::fs::create_dir(&private_tmp) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+                Some(private_tmp)
+            }
+            false => None,
+        };
         let mut mounts = self.mounts(env, view);
         let relay = match (&view.gate, &self.inner.relay) {
             (Some(gate), Some(relay)) => {
@@ -413,7 +420,7 @@ impl Containment {
         if self.network_mode() != crate::config::EgressMode::Host {
             args.push("--unshare-net".into());
         }
-        args.extend(super::view::args(&self.inner.system, Some(&*private_tmp), &mounts, &self.inner.hidden));
+        args.extend(super::view::args(&self.inner.system, private_tmp.as_deref(), &mounts, &self.inner.hidden));
         args.extend(["--chdir".into(), view.cwd.clone().into_os_string()]);
         args.extend(["--setenv".into(), "TMPDIR".into(), "/tmp".into()]);
         let seccomp = self.seccomp();
@@ -509,6 +516,10 @@ pub struct ViewRequest {
     /// Its egress gate on the host, when it has one: mounted at [`super::relay::GATE`], with
     /// the relay run first.
     pub gate: Option<PathBuf>,
+    /// Its `/tmp` is the task's private directory on the host (`true`), or a tmpfs of its own
+    /// (a child beside the task's: bwrap's mount points for its own paths would otherwise
+    /// appear in the agent's `/tmp`).
+    pub task_tmp: bool,
 }
 
 /// The repository directory of a linked worktree (or submodule) whose top is `root`: its

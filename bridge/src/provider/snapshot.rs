@@ -158,6 +158,31 @@ impl Snapshots {
         dir: &Path,
         since: Option<&str>,
     ) -> Result<Baseline, String> {
+        self.take_baseline(task_id, root, dir, since, false).await
+    }
+
+    /// [`Snapshots::baseline`] while the task's agent starts: its git runs beside the agent's
+    /// process ([`SpawnSpec::beside`](super::process::SpawnSpec::beside)), so the task sandbox
+    /// is needed. The caller keeps the agent from acting until this returns (its egress gate
+    /// held: [`crate::egress::Hold`]).
+    pub async fn baseline_beside_agent(
+        &self,
+        task_id: &str,
+        root: &Path,
+        dir: &Path,
+        since: Option<&str>,
+    ) -> Result<Baseline, String> {
+        self.take_baseline(task_id, root, dir, since, true).await
+    }
+
+    async fn take_baseline(
+        &self,
+        task_id: &str,
+        root: &Path,
+        dir: &Path,
+        since: Option<&str>,
+        beside: bool,
+    ) -> Result<Baseline, String> {
         let git = self.git.clone().ok_or("git is not installed on the bridge's PATH")?;
         let (d, r) = (dir.to_owned(), root.to_owned());
         let (root, repo, identity) = tokio::task::spawn_blocking(move || {
@@ -174,7 +199,8 @@ impl Snapshots {
             .flat_map(|r| [r.objects.clone(), r.index.clone(), r.exclude.clone()])
             .filter(|p| !p.starts_with(&root) && p.exists())
             .collect();
-        let taken = self.run(&git, task_id, (&root, &outside), dir, ("baseline", since), seed, exclude.clone()).await;
+        let taken =
+            self.run(&git, task_id, (&root, &outside), dir, ("baseline", since, beside), seed, exclude.clone()).await;
         if let Err(e) = taken {
             let d = dir.to_owned();
             let _ = tokio::task::spawn_blocking(move || remove(&d)).await;
@@ -201,7 +227,7 @@ impl Snapshots {
         if !tokio::task::spawn_blocking(move || same(&d)).await.unwrap_or(false) {
             return Err(REPLACED.to_owned());
         }
-        self.run(&git, task_id, tree, &baseline.dir, ("end", None), None, exclude).await?;
+        self.run(&git, task_id, tree, &baseline.dir, ("end", None, false), None, exclude).await?;
         tokio::task::spawn_blocking(move || -> Result<RawChangeSet, String> {
             if !same(&dir) {
                 return Err(REPLACED.to_owned());
@@ -222,7 +248,7 @@ impl Snapshots {
         task_id: &str,
         (root, outside): (&Path, &[PathBuf]),
         dir: &Path,
-        (phase, since): (&str, Option<&str>),
+        (phase, since, beside): (&str, Option<&str>, bool),
         seed_index: Option<PathBuf>,
         exclude: Option<PathBuf>,
     ) -> Result<(), String> {
@@ -258,6 +284,7 @@ impl Snapshots {
             kind: if phase == "baseline" { SpawnKind::SnapshotBaseline } else { SpawnKind::SnapshotEnd },
             network: false,
             limit: RUN_LIMIT,
+            beside,
         };
         match super::gitrun::run(&self.containment, run).await {
             Ok(_) => Ok(()),

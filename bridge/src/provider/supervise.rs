@@ -30,13 +30,16 @@ pub struct Supervised {
     cgroup: Option<PathBuf>,
     /// The child's egress gate, open until the stop is done.
     _gate: Option<crate::egress::Gate>,
+    /// It runs beside the task's own process: its stop ends its sandbox only (see
+    /// [`SpawnSpec::beside`](super::process::SpawnSpec::beside)).
+    beside: bool,
 }
 
 /// A started sandbox: its init and namespace, and the private `/tmp` to remove after the stop.
 #[derive(Debug)]
 pub struct Sandboxed {
     ns: NamespaceProof,
-    private_tmp: PathBuf,
+    private_tmp: Option<PathBuf>,
     /// The namespace itself, held open: while the bridge holds it, the kernel cannot give its
     /// inode number to another namespace, so "a process with this inode" means "a process of
     /// this task" (without it, another sandbox started the moment this one ended could take
@@ -47,7 +50,7 @@ pub struct Sandboxed {
 impl Sandboxed {
     /// The sandbox bwrap reported (`info`), whose private `/tmp` is `private_tmp`: its init's
     /// start time read and its namespace pinned. Reads `/proc` (kernel memory).
-    pub fn started(info: SandboxInfo, private_tmp: PathBuf) -> Sandboxed {
+    pub fn started(info: SandboxInfo, private_tmp: Option<PathBuf>) -> Sandboxed {
         Sandboxed {
             ns: NamespaceProof {
                 pid_ns: info.pid_ns,
@@ -160,7 +163,15 @@ impl Supervised {
             sandbox,
             cgroup,
             _gate: gate,
+            beside: false,
         }
+    }
+
+    /// Marks it as running beside the task's own process: its stop leaves the task's cgroup
+    /// and other marked processes alone, and proves its own end by its sandbox's PID namespace
+    /// (the spawn gives such a child a sandbox, never a cgroup or a `/tmp` on the host).
+    pub fn beside(&mut self) {
+        self.beside = true;
     }
 
     /// The material to record in the recovery guard.
@@ -221,17 +232,17 @@ impl Supervised {
         }
         // Whatever the leader did, every other process of the task (its group, and anything
         // that left the group with `setsid`) carries the marker: the sweep ends them all.
-        let (marked, mut remaining) = sweep_marker(&self.task_id).await;
+        // Beside the task's own process, the marker is the task's: its sweep is the task's stop.
+        let (marked, mut remaining) = if self.beside { (0, Vec::new()) } else { sweep_marker(&self.task_id).await };
         survivors_killed += marked;
         if let Some(ns) = ns {
             let left = tokio::task::spawn_blocking(move || namespace_pids(ns.pid_ns)).await.unwrap_or_default();
             remaining.extend(left.into_iter().filter(|p| !remaining.contains(p)).collect::<Vec<_>>());
         }
         remaining.extend(cgroup_left.into_iter().filter(|p| !remaining.contains(p)).collect::<Vec<_>>());
-        if let Some(sandboxed) = &self.sandbox
+        if let Some(tmp) = self.sandbox.as_ref().and_then(|s| s.private_tmp.clone())
             && remaining.is_empty()
         {
-            let tmp = sandboxed.private_tmp.clone();
             let _ = tokio::task::spawn_blocking(move || super::sandbox::remove_private_tmp(&tmp)).await;
         }
         if remaining.is_empty() {

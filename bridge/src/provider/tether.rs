@@ -73,9 +73,13 @@ pub enum TestHook {
     Pause(Duration),
     /// The child is not tethered at all (no parent-death signal, no `--die-with-parent`).
     Untethered,
+    /// The bridge waits this long before it starts the child (its run is that much later,
+    /// and nothing blocks meanwhile: the bridge's git runs only).
+    Delay(Duration),
 }
 
-/// Parses `AGENT_BRIDGE_TEST_SPAWN`: `<kind>:pause=<ms>` or `<kind>:untethered`.
+/// Parses `AGENT_BRIDGE_TEST_SPAWN`: `<kind>:pause=<ms>`, `<kind>:delay=<ms>` or
+/// `<kind>:untethered`.
 pub fn parse_test_hook(text: &str) -> Result<(SpawnKind, TestHook), String> {
     let (kind, hook) = text.split_once(':').ok_or_else(|| format!("{text:?} is not <kind>:<hook>"))?;
     let kind = SpawnKind::ALL
@@ -84,10 +88,12 @@ pub fn parse_test_hook(text: &str) -> Result<(SpawnKind, TestHook), String> {
         .ok_or_else(|| format!("unknown spawn kind {kind:?} (agent, snapshot-baseline, snapshot-end, probe)"))?;
     let hook = match hook.split_once('=') {
         None if hook == "untethered" => TestHook::Untethered,
-        Some(("pause", ms)) => TestHook::Pause(Duration::from_millis(
-            ms.parse::<u64>().ok().filter(|ms| *ms <= 60_000).ok_or_else(|| format!("pause={ms:?}: 0 to 60000 ms"))?,
-        )),
-        _ => return Err(format!("unknown hook {hook:?} (pause=<ms>, untethered)")),
+        Some((name @ ("pause" | "delay"), ms)) => {
+            let ms = ms.parse::<u64>().ok().filter(|ms| *ms <= 60_000);
+            let d = Duration::from_millis(ms.ok_or_else(|| format!("{hook:?}: 0 to 60000 ms"))?);
+            if name == "pause" { TestHook::Pause(d) } else { TestHook::Delay(d) }
+        }
+        _ => return Err(format!("unknown hook {hook:?} (pause=<ms>, delay=<ms>, untethered)")),
     };
     Ok((kind, hook))
 }
@@ -171,7 +177,19 @@ mod tests {
             Ok((SpawnKind::SnapshotEnd, TestHook::Pause(Duration::from_millis(250))))
         );
         assert_eq!(parse_test_hook("agent:untethered"), Ok((SpawnKind::Agent, TestHook::Untethered)));
-        for bad in ["agent", "shell:pause=1", "probe:pause=", "probe:pause=-1", "probe:pause=60001", "agent:loose"] {
+        assert_eq!(
+            parse_test_hook("snapshot-baseline:delay=8000"),
+            Ok((SpawnKind::SnapshotBaseline, TestHook::Delay(Duration::from_secs(8))))
+        );
+        for bad in [
+            "agent",
+            "shell:pause=1",
+            "probe:pause=",
+            "probe:pause=-1",
+            "probe:pause=60001",
+            "agent:loose",
+            "probe:delay=x",
+        ] {
             assert!(parse_test_hook(bad).is_err(), "{bad} was accepted");
         }
     }

@@ -274,6 +274,7 @@ impl Worktrees {
             kind: SpawnKind::Worktree,
             limit: RUN_LIMIT,
             network,
+            beside: false,
         };
         let out = super::gitrun::run(&self.containment, run).await.map_err(|f| WorktreeError::of(f, step))?;
         Ok(String::from_utf8_lossy(&out).into_owned())

@@ -70,20 +70,22 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
             return (Ending::AlreadyTerminal, None);
         }
     }
-    if job.lease.is_some() {
-        // The baseline is taken while the writer lease is held and before the agent runs.
-        let dir = crate::provider::snapshot::snapshot_dir(&inner.config.state_dir, &task_id);
-        // A worktree task's change set is its branch's whole change: from the branch's base.
-        let since = job.worktree.as_ref().and_then(|w| w.created.as_ref()).map(|c| c.base_commit.clone());
+    // The baseline is taken while the writer lease is held and before the agent acts: before
+    // it starts, or, for a real CLI in a gated sandbox, while it starts, its egress gate
+    // holding its first model request until the baseline is on record.
+    let dir = crate::provider::snapshot::snapshot_dir(&inner.config.state_dir, &task_id);
+    // A worktree task's change set is its branch's whole change: from the branch's base.
+    let since = job.worktree.as_ref().and_then(|w| w.created.as_ref()).map(|c| c.base_commit.clone());
+    let writes = job.lease.is_some();
+    let beside = writes && inner.providers.starts_beside_baseline(job.runtime);
+    if writes && !beside {
         let taken = inner.providers.snapshots().baseline(&task_id, &job.workdir_root, &dir, since.as_deref()).await;
-        if let Err(why) = &taken {
-            tracing::warn!(reason = %why, "no baseline for the change set");
-        }
-        job.baseline = Some(taken);
+        job.baseline = Some(noted(taken));
         if job.cancel.is_cancelled() {
             return (Ending::AlreadyTerminal, None);
         }
     }
+    let hold = beside.then(crate::egress::Hold::new);
     let spec = StartSpec {
         task_id: task_id.clone(),
         cwd: job.cwd.clone(),
@@ -93,18 +95,40 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
         model: job.model.clone(),
         resume_session: job.resume_session.clone(),
         git: job.worktree.as_ref().and_then(|w| w.created.as_ref()).map(|c| c.git.clone()),
+        hold: hold.clone(),
     };
-    let mut session = match inner.providers.start(job.runtime, spec).await {
-        Ok(session) => session,
-        Err(e) => return (Ending::Failed { code: e.code, message: redactor.text(&e.message) }, None),
-    };
-    if job.lease.is_some() {
+    // On a task of its own (tracked, drained at shutdown): the agent's spawn, which forks on
+    // this task's thread, never waits for the baseline's.
+    let baseline = beside.then(|| {
+        let (i, id, root) = (Arc::clone(&inner), task_id.clone(), job.workdir_root.clone());
+        let (dir, since) = (dir.clone(), since.clone());
+        let run =
+            async move { i.providers.snapshots().baseline_beside_agent(&id, &root, &dir, since.as_deref()).await };
+        inner.tracker.spawn(tracing::Instrument::instrument(run, tracing::Span::current()))
+    });
+    let started = inner.providers.start(job.runtime, spec).await;
+    if let Ok(session) = &started
+        && writes
+    {
+        // Recorded at once, before a baseline beside the agent ends: a crash from here on
+        // finds the agent by its guard.
         let proof = recovery::proof_json(&session.proof_material());
         let (id, now) = (task_id.clone(), inner.clock.now_ms());
         if let Err(e) = inner.store.call(move |s| s.set_guard_proof(&id, &proof, now)).await {
             tracing::warn!(cause = %e, "cannot record the provider in the recovery guard");
         }
     }
+    if let Some(baseline) = baseline {
+        let taken = baseline.await.unwrap_or_else(|_| Err("the baseline's run ended abnormally".to_owned()));
+        job.baseline = Some(noted(taken));
+    }
+    if let Some(hold) = &hold {
+        hold.release();
+    }
+    let mut session = match started {
+        Ok(session) => session,
+        Err(e) => return (Ending::Failed { code: e.code, message: redactor.text(&e.message) }, None),
+    };
     if transition(&inner, &task_id, TaskStatus::Running, TransitionFields::default()).await.is_err() {
         interrupt(&inner, &task_id, &mut session, redactor).await;
         return (Ending::AlreadyTerminal, Some(session.stop(Duration::from_secs(2)).await));
@@ -112,6 +136,16 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     let ending = relay(job, &mut session, redactor).await;
     let proof = session.stop(Duration::from_secs(2)).await;
     (ending, Some(proof))
+}
+
+/// A baseline as taken; a failure is logged (the task goes on without a change set).
+fn noted(
+    taken: Result<crate::provider::snapshot::Baseline, String>,
+) -> Result<crate::provider::snapshot::Baseline, String> {
+    if let Err(why) = &taken {
+        tracing::warn!(reason = %why, "no baseline for the change set");
+    }
+    taken
 }
 
 /// The main loop: provider events, caller controls, cancellation, the two deadlines and the

@@ -179,6 +179,8 @@ impl ClaudeRuntime {
             write: home.into_iter().collect(),
             egress: Some(endpoints(&env_for_rules)),
             kind: SpawnKind::Agent,
+            hold: spec.hold.clone(),
+            beside: false,
         })
         .await
         .map_err(|e| StartError { code: code::AGENT_PROVIDER_ERROR, message: format!("cannot start claude: {e}") })?;

@@ -73,6 +73,8 @@ impl ClaudeRuntime {
             write: home.into_iter().collect(),
             egress: Some(super::endpoints(&rules_env)),
             kind: SpawnKind::Probe,
+            hold: None,
+            beside: false,
         })
         .await
         .map_err(|e| format!("cannot start claude: {e}"))?;

@@ -53,6 +53,7 @@ async fn start(resume: Option<&str>) -> (Peer, mpsc::Receiver<ProviderEvent>, mp
         model: None,
         resume_session: resume.map(str::to_owned),
         git: None,
+        hold: None,
     };
     let done = tokio_util::sync::CancellationToken::new();
     done.cancel();

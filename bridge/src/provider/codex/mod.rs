@@ -64,6 +64,15 @@ const CATALOG_TTL: Duration = Duration::from_secs(60);
 /// Codex's own endpoints: OpenAI's API and sign-in hosts, `OPENAI_BASE_URL` when its
 /// environment `env` sets it, and every model provider's `base_url` in its `config.toml`
 /// (under its home).
+/// What a `codex app-server` child is for.
+enum Purpose {
+    /// A task's agent, in the task sandbox; its egress gate held until released when given a
+    /// hold.
+    Task(Option<crate::egress::Hold>),
+    /// A short-lived helper (the login check, the model listing), uncontained.
+    Helper,
+}
+
 async fn endpoints(env: &[(OsString, OsString)], home: Option<PathBuf>) -> Vec<crate::egress::Rule> {
     let mut rules: Vec<crate::egress::Rule> = ["api.openai.com", "chatgpt.com", "auth.openai.com"]
         .into_iter()
@@ -162,7 +171,7 @@ impl CodexRuntime {
     async fn logged_out(&self, bin: &Path) -> Option<String> {
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
         let marker = format!("probe-codex-{}", crate::ids::request_id());
-        let (session, rpc, ch) = self.spawn_child(bin, &marker, &cwd, None, None, false).await.ok()?;
+        let (session, rpc, ch) = self.spawn_child(bin, &marker, &cwd, None, None, Purpose::Helper).await.ok()?;
         drop(ch);
         let read = account::logged_out(&rpc).await;
         drop(rpc);
@@ -204,8 +213,8 @@ impl CodexRuntime {
             .collect())
     }
 
-    /// Spawns `codex app-server`; a task's child (`contained`) runs in the task sandbox, with
-    /// the operator's own MCP servers switched off.
+    /// Spawns `codex app-server`; a task's child runs in the task sandbox, with the operator's
+    /// own MCP servers switched off.
     async fn spawn_child(
         &self,
         bin: &Path,
@@ -213,8 +222,12 @@ impl CodexRuntime {
         cwd: &Path,
         workdir: Option<(PathBuf, bool)>,
         git: Option<super::worktree::TreeGit>,
-        contained: bool,
+        purpose: Purpose,
     ) -> Result<(Session, rpc::Rpc, Channels), StartError> {
+        let (contained, hold) = match purpose {
+            Purpose::Task(hold) => (true, hold),
+            Purpose::Helper => (false, None),
+        };
         let mut args = self.args();
         if contained {
             // Before the subcommand: `-c` is a global option.
@@ -244,6 +257,8 @@ impl CodexRuntime {
             egress,
             // Not contained: the model listing's child, a short-lived helper.
             kind: if contained { SpawnKind::Agent } else { SpawnKind::Probe },
+            hold,
+            beside: false,
         })
         .await
         .map_err(|e| StartError { code: code::AGENT_PROVIDER_ERROR, message: format!("cannot start codex: {e}") })?;
@@ -271,8 +286,16 @@ impl CodexRuntime {
     /// child before anything else happens.
     pub async fn start(&self, spec: StartSpec) -> Result<Session, StartError> {
         let bin = self.locate().await.ok_or_else(|| StartError::unavailable("codex"))?;
-        let (mut session, rpc, ch) =
-            self.spawn_child(&bin, &spec.task_id, &spec.cwd, spec.workdir_view(), spec.git.clone(), true).await?;
+        let (mut session, rpc, ch) = self
+            .spawn_child(
+                &bin,
+                &spec.task_id,
+                &spec.cwd,
+                spec.workdir_view(),
+                spec.git.clone(),
+                Purpose::Task(spec.hold.clone()),
+            )
+            .await?;
         let driver = driver::Driver {
             rpc,
             incoming: ch.incoming,
@@ -311,7 +334,7 @@ impl CodexRuntime {
         let Some(bin) = self.locate().await else { return unavailable(info.detail.unwrap_or_default()) };
         let cwd = self.home.clone().filter(|h| h.is_dir()).unwrap_or_else(|| PathBuf::from("/"));
         let marker = format!("models-codex-{}", crate::ids::request_id());
-        let (session, rpc, ch) = match self.spawn_child(&bin, &marker, &cwd, None, None, false).await {
+        let (session, rpc, ch) = match self.spawn_child(&bin, &marker, &cwd, None, None, Purpose::Helper).await {
             Ok(parts) => parts,
             Err(e) => return unavailable(e.message),
         };
