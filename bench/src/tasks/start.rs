@@ -40,7 +40,7 @@ pub struct StartArgs {
     #[arg(long)]
     no_worktree: bool,
     /// An `agent-bridge` of an earlier build, measured as one more layout `before` (its default
-    /// layout, the fake runtime), for a before-and-after in one run.
+    /// layout, every runtime measured), for a before-and-after in one run.
     #[arg(long)]
     before: Option<PathBuf>,
     #[command(flatten)]
@@ -332,7 +332,7 @@ pub async fn main(args: &StartArgs) -> anyhow::Result<()> {
         bridges.push((name, scene.bridge(&bridge_bin, runtimes, env).await.with_context(|| format!("layout {name}"))?));
     }
     if let Some(before) = &args.before {
-        bridges.push(("before", scene.bridge(before, &fake_only, &[]).await.context("the earlier build")?));
+        bridges.push(("before", scene.bridge(before, &real, &[]).await.context("the earlier build")?));
     }
     let scratch = scene.big.parent().context("root")?.join("scratch-tree");
     let mut s = Samples::default();
@@ -344,7 +344,7 @@ pub async fn main(args: &StartArgs) -> anyhow::Result<()> {
             for (dir, path) in [("big", &scene.big), ("plain", &scene.plain)] {
                 s.add(&format!("{runtime} bare, {dir}"), scene.bare(&bridge_bin, runtime, path).await?);
                 for (layout, b) in &bridges {
-                    if runtime == "fake" || *layout == "proxy" {
+                    if runtime == "fake" || *layout == "proxy" || *layout == "before" {
                         s.add(
                             &format!("{runtime} {layout} in_place, {dir}"),
                             scene.task(b, runtime, dir, "in_place").await?.0,
