@@ -44,18 +44,10 @@ async fn codex_starts_beside_its_baseline_and_asks_its_model_only_after_it() {
     };
     let copy = r.b.root().join("beside-baseline");
     crate::changes::repository_with_state(&r.ws, &copy);
-    let id = r.submit("RUN_SHELL: printf 'new\\n' > added.txt && printf 'one\\nTWO\\nthree\\n' > edit.txt").await;
+    let id = r.submit(crate::codex::ADD_AND_EDIT).await;
     started_beside_and_held(&r, &id, "codex").await;
     let t = r.finish(&id).await;
-    assert_eq!(t["status"], "succeeded", "{t:#}\n{}", r.b.log());
-    let changes = &t["changes"];
-    assert_eq!(changes["method"], "git", "{changes:#}");
-    assert_eq!(
-        crate::changes::files(changes),
-        [("added.txt".into(), "added".into(), 1, 0), ("edit.txt".into(), "modified".into(), 1, 1)],
-        "{changes:#}"
-    );
-    crate::changes::applies(&r.b, &id, &copy, &r.ws, &["added.txt", "edit.txt", "keep.txt", "staged.txt"]).await;
+    crate::codex::added_and_edited(&r, &id, &t, &copy).await;
 }
 
 /// The same for Claude Code: its change set holds what its model had it run.

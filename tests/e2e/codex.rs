@@ -359,6 +359,24 @@ async fn codex_never_starts_the_operators_own_mcp_servers() {
     assert!(!started.exists(), "the operator's MCP server was started for a task");
 }
 
+/// A command that adds `added.txt` and edits `edit.txt` of [`crate::changes::repository_with_state`].
+pub(crate) const ADD_AND_EDIT: &str =
+    "RUN_SHELL: printf 'new\\n' > added.txt && printf 'one\\nTWO\\nthree\\n' > edit.txt";
+
+/// The task `t` (`id`) of [`ADD_AND_EDIT`] succeeded, and its change set is exactly that: the
+/// file it added and the one it edited, with line counts, and a diff that applies to `copy`.
+pub(crate) async fn added_and_edited(r: &RealBridge, id: &str, t: &serde_json::Value, copy: &std::path::Path) {
+    assert_eq!(t["status"], "succeeded", "{t:#}\n{}", r.b.log());
+    let changes = &t["changes"];
+    assert_eq!(changes["method"], "git", "{changes:#}");
+    assert_eq!(
+        crate::changes::files(changes),
+        [("added.txt".into(), "added".into(), 1, 0), ("edit.txt".into(), "modified".into(), 1, 1)],
+        "{changes:#}"
+    );
+    crate::changes::applies(&r.b, id, copy, &r.ws, &["added.txt", "edit.txt", "keep.txt", "staged.txt"]).await;
+}
+
 /// What a real Codex task changed: exactly the file it added and the one it edited, with their
 /// line counts; its diff applies to the baseline; the repository's index, stash, HEAD and
 /// objects are as they were. A review task reports `read_only`.
@@ -368,18 +386,10 @@ async fn codex_change_set_is_exactly_what_the_agent_wrote() {
     let copy = r.b.root().join("codex-baseline");
     let before = crate::changes::repository_with_state(&r.ws, &copy);
     let head = crate::changes::git(&r.ws, &["rev-parse", "HEAD"]);
-    let id = r.submit("RUN_SHELL: printf 'new\\n' > added.txt && printf 'one\\nTWO\\nthree\\n' > edit.txt").await;
+    let id = r.submit(ADD_AND_EDIT).await;
     let t = r.finish(&id).await;
-    assert_eq!(t["status"], "succeeded", "{t:#}");
     assert_eq!(std::fs::read_to_string(r.ws.join("edit.txt")).unwrap(), "one\nTWO\nthree\n", "{t:#}");
-    let changes = &t["changes"];
-    assert_eq!(changes["method"], "git", "{changes:#}");
-    assert_eq!(
-        crate::changes::files(changes),
-        [("added.txt".into(), "added".into(), 1, 0), ("edit.txt".into(), "modified".into(), 1, 1)],
-        "{changes:#}"
-    );
-    crate::changes::applies(&r.b, &id, &copy, &r.ws, &["added.txt", "edit.txt", "keep.txt", "staged.txt"]).await;
+    added_and_edited(&r, &id, &t, &copy).await;
     assert_eq!(crate::changes::contents(&r.ws.join(".git")), before, "the user's .git changed");
     assert_eq!(crate::changes::git(&r.ws, &["rev-parse", "HEAD"]), head);
     assert_eq!(crate::changes::git(&r.ws, &["stash", "list"]).lines().count(), 1);
