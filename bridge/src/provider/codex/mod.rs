@@ -61,9 +61,6 @@ pub struct CodexRuntime {
 /// How long a model catalog is reused (each listing starts a short-lived app-server).
 const CATALOG_TTL: Duration = Duration::from_secs(60);
 
-/// Codex's own endpoints: OpenAI's API and sign-in hosts, `OPENAI_BASE_URL` when its
-/// environment `env` sets it, and every model provider's `base_url` in its `config.toml`
-/// (under its home).
 /// What a `codex app-server` child is for.
 enum Purpose {
     /// A task's agent, in the task sandbox; its egress gate held until released when given a
@@ -73,6 +70,9 @@ enum Purpose {
     Helper,
 }
 
+/// Codex's own endpoints: OpenAI's API and sign-in hosts, `OPENAI_BASE_URL` when its
+/// environment `env` sets it, and every model provider's `base_url` in its `config.toml`
+/// (under its home).
 async fn endpoints(env: &[(OsString, OsString)], home: Option<PathBuf>) -> Vec<crate::egress::Rule> {
     let mut rules: Vec<crate::egress::Rule> = ["api.openai.com", "chatgpt.com", "auth.openai.com"]
         .into_iter()
